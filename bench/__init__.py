@@ -1,0 +1,1 @@
+"""Mercato's benchmark harness (`python -m bench --help`); a tool, not a test."""

@@ -1,0 +1,62 @@
+"""`python -m bench [--duration S] [--concurrency N] [--stores sqlite,postgresql] [--quick]
+[--growth]`: start a provider and the platform on loopback, load them, print the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.harness import DEFAULT_PG_ADMIN, RESULTS, Options, run, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    parser.add_argument("--concurrency", type=int, default=64, help="concurrent clients")
+    parser.add_argument("--stores", default="sqlite,postgresql", help="comma-separated")
+    parser.add_argument("--workers", type=int, default=2, help="mercato serve --workers")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 s per measurement, 16 clients, no chart"
+    )
+    parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="then preload 1,000,000 invocations and 10,000 listings and measure again",
+    )
+    parser.add_argument("--growth-invocations", type=int, default=1_000_000)
+    parser.add_argument("--growth-listings", type=int, default=10_000)
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
+    parser.add_argument("--json", action="store_true", help="print the result JSON on stdout")
+    args = parser.parse_args(argv)
+    stores = tuple(s.strip() for s in args.stores.split(",") if s.strip())
+    unknown = set(stores) - {"sqlite", "postgresql"}
+    if unknown:
+        parser.error(f"unknown store(s): {', '.join(sorted(unknown))}")
+    options = Options(
+        duration=3.0 if args.quick else args.duration,
+        concurrency=16 if args.quick else args.concurrency,
+        stores=stores,
+        workers=args.workers,
+        growth=args.growth,
+        growth_invocations=args.growth_invocations,
+        growth_listings=args.growth_listings,
+        pg_admin_url=args.pg_admin_url,
+        out_dir=args.out,
+        chart=not args.quick,
+    )
+    result = run(options)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(table(result))
+        print(f"result: {result['json_path']}" + (f", chart: {result.get('chart_path')}"))
+    ok = all(s["ledger"]["every_accepted_call_settled_once"] for s in result["stores"].values())
+    balanced = all(s["ledger"]["verify_ledger_balanced"] for s in result["stores"].values())
+    return 0 if ok and balanced else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,818 @@
+"""Orchestrates one benchmark run: processes, seeding, scenarios, ledger check, result files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from sqlalchemy import text
+
+from bench.load import LoadResult, RequestFactory, run_load
+
+HOST = "127.0.0.1"
+SERVICE = "bench.echo"
+VERSION = "v1"
+PRICE = 1
+GRANT = 1_000_000_000
+CALLER = "caller@bench.example"
+OWNER = "provider@bench.example"
+RESULTS = Path(__file__).parent / "results"
+DEFAULT_PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@dataclass
+class Options:
+    duration: float = 10.0
+    concurrency: int = 64
+    stores: tuple[str, ...] = ("sqlite", "postgresql")
+    workers: int = 2
+    growth: bool = False
+    growth_invocations: int = 1_000_000
+    growth_listings: int = 10_000
+    pg_admin_url: str = DEFAULT_PG_ADMIN
+    out_dir: Path = RESULTS
+    chart: bool = True
+    say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr, flush=True))
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _live(url: str, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"{url} exited with {process.returncode}")
+    try:
+        return httpx.get(url + "/health/live", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def process(
+    args: list[str], env: dict[str, str], log: Path, port: int
+) -> Iterator[tuple[str, int]]:
+    """Start a server process, wait until /health/live answers, stop it (SIGTERM) at the end."""
+    with log.open("ab") as handle:
+        child = subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        url = f"http://{HOST}:{port}"
+        try:
+            wait_until(lambda: _live(url, child), f"{args[2:4]} to start")
+            yield url, child.pid
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(20)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait(10)
+
+
+def mercato(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mercato", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@contextmanager
+def database(store: str, workdir: Path, pg_admin_url: str) -> Iterator[str]:
+    """A fresh database of the store: a SQLite file, or a throwaway PostgreSQL database."""
+    if store == "sqlite":
+        yield f"sqlite:///{workdir / 'mercato.db'}"
+        return
+    import psycopg
+
+    name = f"mercato_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = pg_admin_url.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def platform_env(db_url: str, data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
+    env.update(
+        MERCATO_ENV="dev",
+        MERCATO_DATABASE_URL=db_url,
+        MERCATO_DATA_DIR=str(data_dir),
+    )
+    return env
+
+
+# --- seeding -----------------------------------------------------------------------------
+
+
+@dataclass
+class Seeded:
+    api_key: str
+    caller_id: str
+    credential: str
+
+
+def contract() -> dict[str, Any]:
+    from mercato.catalog.examples import example_contract
+
+    base = example_contract()
+    base.pop("artifactContract", None)
+    base.update(
+        requestMaxBytes=1024,
+        responseMaxBytes=4096,
+        requestSchema={
+            "type": "object",
+            "required": ["job"],
+            "properties": {"job": {"type": "string"}, "n": {"type": "integer"}},
+        },
+        resultSchema={"type": "object", "required": ["echo"]},
+    )
+    return base
+
+
+def seed(runtime: Any, *, provider_url: str, credential: str) -> Seeded:
+    """Accounts, points, a big quota, an API key, and `bench.echo v1` on a checked connection."""
+    from mercato.accounts import service as accounts
+    from mercato.catalog import service as catalog
+    from mercato.cli.commands_catalog import connection_facts
+    from mercato.conformance.flows import submit_connection
+    from mercato.dispatch.client import ProviderClient
+    from mercato.ledger import service as ledger
+    from mercato.providers import service as providers
+    from mercato.quotas import service as quotas
+
+    now = runtime.clock.now()
+    with runtime.db.transaction() as session:
+        caller = accounts.create_account(
+            session, email=CALLER, password=None, is_staff=False, now=now
+        )
+        owner = accounts.create_account(
+            session, email=OWNER, password=None, is_staff=False, now=now
+        )
+        caller_id, owner_id = caller.id, owner.id
+        ledger.grant(session, account_id=caller_id, amount=GRANT, now=now, memo="bench")
+        quotas.set_quota(
+            session,
+            account_id=caller_id,
+            policy="bench",
+            limit=1_000_000_000,
+            window_seconds=60,
+            now=now,
+        )
+        api_key = accounts.create_api_key(session, account_id=caller_id, name="bench", now=now)
+        key = api_key.api_key
+    with ProviderClient(runtime.settings) as client:
+        submitted = submit_connection(
+            runtime,
+            client,
+            owner_id=owner_id,
+            name="bench-echo",
+            base_url=provider_url,
+            credential=credential,
+        )
+    if submitted.run is None or not submitted.run.passed:
+        raise RuntimeError(f"the bench provider failed conformance: {submitted.run}")
+    with runtime.db.transaction() as session:
+        providers.approve_connection(
+            session, connection_id=submitted.connection_id, now=runtime.clock.now()
+        )
+    with runtime.db.transaction() as session:
+        catalog.publish(
+            session,
+            service_code=SERVICE,
+            display_name="bench echo",
+            version=VERSION,
+            connection=connection_facts(session, connection_id=submitted.connection_id),
+            price=PRICE,
+            contract=contract(),
+            description="the benchmark's echo service",
+            now=runtime.clock.now(),
+        )
+    return Seeded(api_key=key, caller_id=caller_id, credential=credential)
+
+
+# --- CPU accounting (robust where wall-clock rates are not: a shared, loaded machine) ------
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, frontier = 0.0, [pid]
+    while frontier:
+        current = frontier.pop()
+        total += stats.get(current, (0, 0.0))[1]
+        frontier += [child for child, (parent, _) in stats.items() if parent == current]
+    return total
+
+
+def measured(pid: int, load: Callable[[], LoadResult]) -> dict[str, Any]:
+    """Run `load` and add the CPU milliseconds the server process tree spent per request."""
+    before = _tree_cpu_seconds(pid) if pid else 0.0
+    result = load()
+    spent = _tree_cpu_seconds(pid) - before if pid else 0.0
+    summary = result.summary()
+    summary["cpu_ms_per_request"] = (
+        round(1000 * spent / result.answered, 3) if pid and result.answered else None
+    )
+    summary["_rate"] = result.rate
+    summary["_p50"] = result.percentile(50)
+    return summary
+
+
+# --- scenarios ---------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    platform: str
+    provider: str
+    seeded: Seeded
+    platform_pid: int = 0
+    provider_pid: int = 0
+    run_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    invoke_answers: Counter[int] = field(default_factory=Counter)
+
+
+def _json_headers(token: str, key: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return headers
+
+
+INVOKE_PATH = f"/v1/services/{SERVICE}/versions/{VERSION}:invoke"
+
+
+def direct_factory(target: Target, tag: str) -> RequestFactory:
+    """What the platform sends the provider for one call: a fresh key, the wrapped payload."""
+    credential = target.seeded.credential
+
+    def make(client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:
+        key = f"direct-{target.run_id}-{tag}-{client}-{n}"
+        body = b'{"payload":{"job":"bench","n":%d}}' % n
+        return "POST", "/v1/executions", _json_headers(credential, key), body
+
+    return make
+
+
+def invoke_factory(target: Target, tag: str) -> RequestFactory:
+    api_key = target.seeded.api_key
+
+    def make(client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:
+        key = f"bench-{target.run_id}-{tag}-{client}-{n}"
+        return "POST", INVOKE_PATH, _json_headers(api_key, key), b'{"job":"bench","n":%d}' % n
+
+    return make
+
+
+def replay_factory(target: Target, key: str) -> RequestFactory:
+    headers = _json_headers(target.seeded.api_key, key)
+
+    def make(_client: int, _n: int) -> tuple[str, str, dict[str, str], bytes]:
+        return "POST", INVOKE_PATH, headers, b'{"job":"bench","n":0}'
+
+    return make
+
+
+def get_factory(path: str, token: str | None = None) -> RequestFactory:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def make(_client: int, _n: int) -> tuple[str, str, dict[str, str], bytes]:
+        return "GET", path, headers, b""
+
+    return make
+
+
+def _counting(answers: Counter[int]) -> Callable[[int, bytes], None]:
+    def check(status: int, _body: bytes) -> None:
+        answers[status] += 1
+
+    return check
+
+
+def invoke_load(target: Target, tag: str, *, concurrency: int, duration: float) -> LoadResult:
+    return run_load(
+        target.platform,
+        invoke_factory(target, tag),
+        concurrency=concurrency,
+        duration=duration,
+        check=_counting(target.invoke_answers),
+    )
+
+
+def receipts_depth(target: Target, pages: int) -> dict[str, Any]:
+    """Follow the receipts cursor `pages` deep, timing each page (one client, sequential)."""
+    headers = {"Authorization": f"Bearer {target.seeded.api_key}"}
+    timings: list[float] = []
+    cursor: str | None = None
+    with httpx.Client(base_url=target.platform, headers=headers, timeout=30) as client:
+        for _ in range(pages):
+            params = {"limit": "20", **({"cursor": cursor} if cursor else {})}
+            began = time.perf_counter()
+            response = client.get("/v1/invocations", params=params)
+            timings.append((time.perf_counter() - began) * 1000)
+            response.raise_for_status()
+            cursor = response.json()["nextCursor"]
+            if cursor is None:
+                break
+    ordered = sorted(timings)
+    return {
+        "pages": len(timings),
+        "first_ms": round(timings[0], 3),
+        "last_ms": round(timings[-1], 3),
+        "median_ms": round(ordered[len(ordered) // 2], 3),
+        "max_ms": round(ordered[-1], 3),
+    }
+
+
+def run_scenarios(
+    target: Target, *, tag: str, concurrency: int, duration: float, full: bool
+) -> dict[str, Any]:
+    """Provider alone, then the platform, with the same load; then replays, catalog, receipts."""
+    out: dict[str, Any] = {}
+    provider, platform = target.provider_pid, target.platform_pid
+
+    def direct(clients: int, seconds: float, suffix: str) -> dict[str, Any]:
+        factory = direct_factory(target, tag + suffix)
+        return measured(
+            provider,
+            lambda: run_load(target.provider, factory, concurrency=clients, duration=seconds),
+        )
+
+    def invokes(clients: int, seconds: float, suffix: str) -> dict[str, Any]:
+        return measured(
+            platform,
+            lambda: invoke_load(target, tag + suffix, concurrency=clients, duration=seconds),
+        )
+
+    def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
+        return measured(
+            platform,
+            lambda: run_load(target.platform, factory, concurrency=clients, duration=seconds),
+        )
+
+    base = direct(concurrency, duration, "")
+    out["provider_direct"] = base
+    out["invoke"] = invokes(concurrency, duration, "")
+    out["ratio"] = round(out["invoke"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
+    short = max(duration / 2, 1.0)
+    if full:
+        one_direct = direct(1, short, "1")
+        one_platform = invokes(1, short, "1")
+        out["one_client"] = {
+            "provider_direct": one_direct,
+            "invoke": one_platform,
+            "added_p50_ms": round(one_platform["_p50"] - one_direct["_p50"], 3),
+        }
+        replay_key = f"replay-{target.run_id}-{tag}"
+        first = httpx.post(
+            target.platform + INVOKE_PATH,
+            content=b'{"job":"bench","n":0}',
+            headers=_json_headers(target.seeded.api_key, replay_key),
+            timeout=30,
+        )
+        target.invoke_answers[first.status_code] += 1
+        out["replay"] = reads(replay_factory(target, replay_key), concurrency, duration)
+        out["replay_ratio"] = (
+            round(out["replay"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
+        )
+        out["catalog"] = reads(get_factory("/v1/catalog/listings?limit=20"), concurrency, short)
+    receipts = get_factory("/v1/invocations?limit=20", target.seeded.api_key)
+    out["receipts"] = reads(receipts, min(concurrency, 16), short)
+    out["receipts_depth"] = receipts_depth(target, 50)
+    _drop_private(out)
+    return out
+
+
+def _drop_private(value: Any) -> None:
+    if isinstance(value, dict):
+        for key in [k for k in value if k.startswith("_")]:
+            del value[key]
+        for item in value.values():
+            _drop_private(item)
+
+
+# --- the ledger check --------------------------------------------------------------------
+
+
+def ledger_check(runtime: Any, env: dict[str, str], target: Target) -> dict[str, Any]:
+    """verify-ledger, and every accepted call of this run settled (or released) exactly once."""
+    verify = mercato("admin", "verify-ledger", "--json", env=env)
+    try:
+        report = json.loads(verify.stdout)
+    except json.JSONDecodeError:
+        report = {"balanced": False, "problems": [verify.stdout[-500:], verify.stderr[-500:]]}
+    # rows the growth option preloaded carry `prior-` keys and no reservation: not this run's
+    with runtime.db.read() as session:
+        by_state = {
+            f"{state}/{settlement}": int(count)
+            for state, settlement, count in session.execute(
+                text(
+                    "SELECT state, settlement, count(*) FROM invocations i "
+                    "WHERE i.idempotency_key NOT LIKE 'prior-%' GROUP BY state, settlement"
+                )
+            )
+        }
+        pairs = {
+            f"{settlement}/{reservation or 'NONE'}": int(count)
+            for settlement, reservation, count in session.execute(
+                text(
+                    "SELECT i.settlement, r.state, count(*) FROM invocations i "
+                    "LEFT JOIN reservations r ON r.reference = i.id "
+                    "WHERE i.idempotency_key NOT LIKE 'prior-%' GROUP BY i.settlement, r.state"
+                )
+            )
+        }
+        held = int(
+            session.scalar(text("SELECT count(*) FROM reservations WHERE state = 'HELD'")) or 0
+        )
+        settled_transfers = int(
+            session.scalar(
+                text(
+                    "SELECT count(*) - count(DISTINCT reference) FROM ledger_transfers "
+                    "WHERE kind = 'settle'"
+                )
+            )
+            or 0
+        )
+    accepted = sum(by_state.values())
+    settled = by_state.get("SUCCEEDED/SETTLED", 0)
+    released = by_state.get("FAILED/RELEASED", 0)
+    consistent = set(pairs) <= {"SETTLED/SETTLED", "RELEASED/RELEASED"}
+    ok_200 = target.invoke_answers.get(200, 0)
+    exactly_once = (
+        accepted == settled + released
+        and held == 0
+        and consistent
+        and settled_transfers == 0
+        and settled == ok_200
+    )
+    return {
+        "verify_ledger_balanced": bool(report.get("balanced")),
+        "verify_ledger_problems": report.get("problems", [])[:5],
+        "accepted": accepted,
+        "settled": settled,
+        "released": released,
+        "by_state": by_state,
+        "invocation_vs_reservation": pairs,
+        "held_reservations": held,
+        "answers_200": ok_200,
+        "duplicate_settle_transfers": settled_transfers,
+        "every_accepted_call_settled_once": exactly_once,
+    }
+
+
+# --- growth ------------------------------------------------------------------------------
+
+
+def _copy_value(value: Any) -> Any:
+    return orjson.dumps(value).decode() if isinstance(value, dict | list) else value
+
+
+def _bulk_insert(runtime: Any, table: Any, rows: Iterator[dict[str, Any]], chunk: int) -> None:
+    """COPY on PostgreSQL, executemany on SQLite; in one transaction per chunk."""
+    columns = [c.name for c in table.columns]
+    if runtime.db.engine.dialect.name == "postgresql":
+        with runtime.db.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            with raw.cursor() as cursor:
+                names = ", ".join(f'"{c}"' for c in columns)
+                with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row([_copy_value(row[c]) for c in columns])
+            raw.commit()
+            raw.execute(f"ANALYZE {table.name}")
+            raw.commit()
+        return
+    batch: list[dict[str, Any]] = []
+    with runtime.db.engine.begin() as conn:
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= chunk:
+                conn.execute(table.insert(), batch)
+                batch = []
+        if batch:
+            conn.execute(table.insert(), batch)
+        conn.exec_driver_sql(f"ANALYZE {table.name}")
+
+
+def preload(runtime: Any, *, invocations: int, listings: int, say: Callable[[str], None]) -> float:
+    """Clone the run's first settled invocation `invocations` times (keys `prior-N`, newest
+    first in the receipts) and the bench listing with its version `listings` times."""
+    from sqlalchemy import select
+
+    from mercato.core.ids import new_id
+    from mercato.db.base import Base
+    from mercato.db.models import load_all
+
+    load_all()
+    began = time.monotonic()
+    tables = Base.metadata.tables
+    inv, lst, ver = tables["invocations"], tables["listings"], tables["versions"]
+    with runtime.db.engine.connect() as conn:
+        template = dict(
+            conn.execute(select(inv).where(inv.c.state == "SUCCEEDED").order_by(inv.c.id).limit(1))
+            .mappings()
+            .one()
+        )
+        listing = dict(
+            conn.execute(select(lst).where(lst.c.service_code == SERVICE)).mappings().one()
+        )
+        version = dict(
+            conn.execute(select(ver).where(ver.c.listing_id == listing["id"])).mappings().one()
+        )
+
+    def invocation_rows() -> Iterator[dict[str, Any]]:
+        for i in range(invocations):
+            row_id = new_id("inv")
+            yield {
+                **template,
+                "id": row_id,
+                "idempotency_key": f"prior-{i}",
+                "provider_key": f"mercato:{row_id}",
+                "reservation_id": f"prior-{i}",
+            }
+
+    def listing_rows() -> Iterator[dict[str, Any]]:
+        for i in range(listings):
+            yield {**listing, "id": new_id("lst"), "service_code": f"bench.growth-{i:05d}"}
+
+    _bulk_insert(runtime, lst, listing_rows(), 5_000)
+    with runtime.db.engine.connect() as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(select(lst.c.id).where(lst.c.service_code.like("bench.growth-%")))
+        ]
+    _bulk_insert(
+        runtime, ver, ({**version, "id": new_id("ver"), "listing_id": i} for i in ids), 5_000
+    )
+    say(f"  preloaded {listings} listings")
+    _bulk_insert(runtime, inv, invocation_rows(), 20_000)
+    seconds = time.monotonic() - began
+    say(f"  preloaded {invocations} invocations in {seconds:.0f}s")
+    return seconds
+
+
+# --- one store, the whole run --------------------------------------------------------------
+
+
+def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
+    from mercato.db.runtime import Runtime
+    from mercato.settings import Settings
+
+    say = options.say
+    data_dir = workdir / "data"
+    data_dir.mkdir(parents=True)
+    result: dict[str, Any] = {"store": store, "configurations": {}}
+    with database(store, workdir, options.pg_admin_url) as db_url:
+        env = platform_env(db_url, data_dir)
+        migrated = mercato("migrate", env=env)
+        if migrated.returncode != 0:
+            raise RuntimeError(f"migrate failed: {migrated.stderr[-2000:]}")
+        credential = "bench-" + secrets.token_urlsafe(24)
+        provider_env = {**os.environ, "BENCH_PROVIDER_CREDENTIAL": credential}
+        provider_port, serve_port = free_port(), free_port()
+        provider_args = [sys.executable, "-m", "bench.provider", "--port", str(provider_port)]
+        provider_args += ["--store", str(workdir / "provider.db")]
+        serve_args = [sys.executable, "-m", "mercato", "serve", "--port", str(serve_port)]
+        serve_args += ["--workers", str(options.workers)]
+        runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
+        try:
+            with process(provider_args, provider_env, workdir / "provider.log", provider_port) as (
+                provider_url,
+                provider_pid,
+            ):
+                seeded = seed(runtime, provider_url=provider_url, credential=credential)
+                say(f"[{store}] seeded; starting serve --workers {options.workers}")
+                with process(serve_args, env, workdir / "serve.log", serve_port) as serve:
+                    target = Target(
+                        platform=serve[0],
+                        provider=provider_url,
+                        seeded=seeded,
+                        platform_pid=serve[1],
+                        provider_pid=provider_pid,
+                    )
+                    say(f"[{store}] load: {options.concurrency} clients, {options.duration}s each")
+                    result["configurations"][store] = run_scenarios(
+                        target,
+                        tag="e",
+                        concurrency=options.concurrency,
+                        duration=options.duration,
+                        full=True,
+                    )
+                    if options.growth:
+                        say(f"[{store}] growth: preloading")
+                        seconds = preload(
+                            runtime,
+                            invocations=options.growth_invocations,
+                            listings=options.growth_listings,
+                            say=say,
+                        )
+                        name = f"{store}+growth"
+                        grown = run_scenarios(
+                            target,
+                            tag="g",
+                            concurrency=options.concurrency,
+                            duration=options.duration,
+                            full=True,
+                        )
+                        grown["preload"] = {
+                            "invocations": options.growth_invocations,
+                            "listings": options.growth_listings,
+                            "seconds": round(seconds, 1),
+                        }
+                        empty = result["configurations"][store]
+                        grown["invoke_vs_empty"] = round(
+                            grown["invoke"]["rate"] / empty["invoke"]["rate"], 4
+                        )
+                        result["configurations"][name] = grown
+                result["ledger"] = ledger_check(runtime, env, target)
+        finally:
+            runtime.db.dispose()
+    return result
+
+
+def run(options: Options) -> dict[str, Any]:
+    started = dt.datetime.now(dt.UTC)
+    result: dict[str, Any] = {
+        "started_at": started.isoformat(),
+        "options": {
+            "duration": options.duration,
+            "concurrency": options.concurrency,
+            "stores": list(options.stores),
+            "workers": options.workers,
+            "growth": options.growth,
+        },
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+        "stores": {},
+    }
+    for store in options.stores:
+        workdir = Path(tempfile.mkdtemp(prefix=f"mercato-bench-{store}-"))
+        try:
+            result["stores"][store] = run_store(store, options, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result["machine"]["loadavg_at_end"] = os.getloadavg()
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    path = options.out_dir / f"{stamp}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    result["json_path"] = str(path)
+    if options.chart:
+        result["chart_path"] = chart(result, options.out_dir / f"{stamp}.png")
+    return result
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [
+        (
+            "configuration",
+            "invokes/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "provider/s",
+            "ratio",
+            "+p50@1 ms",
+            "replays/s",
+            "catalog/s",
+            "receipts p50",
+            "cpu ms/invoke",
+            "cpu ms/provider call",
+        )
+    ]
+    for store in result["stores"].values():
+        for name, c in store["configurations"].items():
+            one = c.get("one_client", {})
+            rows.append(
+                (
+                    name,
+                    f"{c['invoke']['rate']:.0f}",
+                    f"{c['invoke']['p50_ms']:.2f}",
+                    f"{c['invoke']['p95_ms']:.2f}",
+                    f"{c['invoke']['p99_ms']:.2f}",
+                    f"{c['provider_direct']['rate']:.0f}",
+                    f"{c['ratio']:.3f}" if c.get("ratio") is not None else "-",
+                    f"{one['added_p50_ms']:.2f}" if one else "-",
+                    f"{c['replay']['rate']:.0f}" if "replay" in c else "-",
+                    f"{c['catalog']['rate']:.0f}" if "catalog" in c else "-",
+                    f"{c['receipts']['p50_ms']:.2f}",
+                    _cpu(c["invoke"]),
+                    _cpu(c["provider_direct"]),
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for store, data in result["stores"].items():
+        ledger = data.get("ledger", {})
+        lines.append(
+            f"{store}: verify-ledger balanced={ledger.get('verify_ledger_balanced')}; "
+            f"accepted={ledger.get('accepted')} settled={ledger.get('settled')} "
+            f"released={ledger.get('released')} held={ledger.get('held_reservations')} "
+            f"200s={ledger.get('answers_200')}; every accepted call settled exactly once="
+            f"{ledger.get('every_accepted_call_settled_once')}"
+        )
+        for name, c in data["configurations"].items():
+            depth = c["receipts_depth"]
+            extra = f" invoke vs empty={c['invoke_vs_empty']:.3f}" if "invoke_vs_empty" in c else ""
+            lines.append(
+                f"{name}: receipts {depth['pages']} pages deep: first {depth['first_ms']} ms, "
+                f"median {depth['median_ms']} ms, last {depth['last_ms']} ms{extra}"
+            )
+    return "\n".join(lines)
+
+
+def _cpu(summary: dict[str, Any]) -> str:
+    value = summary.get("cpu_ms_per_request")
+    return "-" if value is None else f"{value:.2f}"
+
+
+def chart(result: dict[str, Any], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names, invoke, direct, replay, catalog, p50, p99 = [], [], [], [], [], [], []
+    for store in result["stores"].values():
+        for name, c in store["configurations"].items():
+            names.append(name)
+            invoke.append(c["invoke"]["rate"])
+            direct.append(c["provider_direct"]["rate"])
+            replay.append(c.get("replay", {}).get("rate", 0))
+            catalog.append(c.get("catalog", {}).get("rate", 0))
+            p50.append(c["invoke"]["p50_ms"])
+            p99.append(c["invoke"]["p99_ms"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = range(len(names))
+    width = 0.2
+    for offset, (label, values) in enumerate(
+        [("provider direct", direct), ("invoke", invoke), ("replay", replay), ("catalog", catalog)]
+    ):
+        left.bar([i + (offset - 1.5) * width for i in x], values, width, label=label)
+    left.set_xticks(list(x), names)
+    left.set_ylabel("requests/s")
+    left.set_title(f"throughput, {result['options']['concurrency']} clients")
+    left.legend()
+    right.bar([i - 0.2 for i in x], p50, 0.4, label="p50")
+    right.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
+    right.set_xticks(list(x), names)
+    right.set_ylabel("ms")
+    right.set_title("invoke latency")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)

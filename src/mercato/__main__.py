@@ -1,0 +1,5 @@
+"""Run the `mercato` command as `python -m mercato`."""
+
+from mercato.cli.main import main
+
+raise SystemExit(main())

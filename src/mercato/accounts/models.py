@@ -1,0 +1,70 @@
+"""Account tables: accounts, API keys, session families, refresh tokens, login attempts."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import Boolean, ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mercato.db.base import Base, UTCDateTime
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(200))
+    is_staff: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+class ApiKey(Base):
+    """A long-lived caller credential; only the SHA-256 digest of its plaintext is kept."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class SessionFamily(Base):
+    """One login: every access and refresh token it issues lives and dies with it."""
+
+    __tablename__ = "session_families"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    revoked_reason: Mapped[str | None] = mapped_column(String(20))
+
+
+class RefreshToken(Base):
+    """One refresh token of a family; spent on its first use (rotation)."""
+
+    __tablename__ = "refresh_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    family_id: Mapped[str] = mapped_column(ForeignKey("session_families.id"), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    issued_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    spent_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class LoginAttempt(Base):
+    """A failed login, counted per subject (email or client address) inside a window."""
+
+    __tablename__ = "login_attempts"
+    __table_args__ = (Index("ix_login_attempts_subject_attempted_at", "subject", "attempted_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64))
+    attempted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,410 @@
+"""Accounts, passwords, API keys, session tokens and login throttling.
+
+Plain functions over an explicit session; they never commit. Secrets (passwords, API keys,
+refresh tokens) are only ever stored as digests: Argon2id for passwords, SHA-256 for the
+high-entropy tokens, whose randomness makes a slow hash unnecessary.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import math
+import re
+import secrets
+import string
+from collections.abc import Sequence
+from functools import lru_cache
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.orm import Session
+
+from mercato.accounts.errors import (
+    AccountExists,
+    AccountNotFound,
+    ApiKeyNotFound,
+    InvalidApiKeyName,
+    InvalidEmail,
+    InvalidPassword,
+    LoginRateLimited,
+)
+from mercato.accounts.models import (
+    Account,
+    ApiKey,
+    LoginAttempt,
+    RefreshToken,
+    SessionFamily,
+)
+from mercato.accounts.schemas import CreatedApiKey, IssuedTokens, Principal, RefreshRefused
+from mercato.core.errors import Unauthenticated
+from mercato.core.ids import new_id
+from mercato.settings import Settings
+
+API_KEY_PREFIX = "mercato_live_"
+ACCESS_TOKEN_PREFIX = "mercato_at_"
+REFRESH_TOKEN_PREFIX = "mercato_rt_"
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+RANDOM_LENGTH = 43  # 43 * log2(62) ≈ 256 bits
+PASSWORD_MIN_LENGTH = 8
+PASSWORD_MAX_LENGTH = 1024
+LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
+
+_API_KEY_RE = re.compile(rf"^{API_KEY_PREFIX}[0-9A-Za-z]{{{RANDOM_LENGTH}}}$")
+_REFRESH_RE = re.compile(rf"^{REFRESH_TOKEN_PREFIX}[0-9A-Za-z]{{{RANDOM_LENGTH}}}$")
+_ACCESS_RE = re.compile(
+    rf"^({ACCESS_TOKEN_PREFIX}([a-z0-9_]{{1,40}})\.([a-z0-9_]{{1,40}})\.([0-9]{{1,12}}))"
+    r"\.([A-Za-z0-9_-]{43})$"
+)
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+_hasher = PasswordHasher()  # Argon2id with argon2-cffi's RFC 9106 low-memory profile
+
+
+# --- accounts and passwords -------------------------------------------------------------
+
+
+def normalize_email(email: str) -> str:
+    """Return the canonical (trimmed, lower-case) form of an email address."""
+    return email.strip().lower()
+
+
+def hash_password(password: str) -> str:
+    """Return the Argon2id hash of `password`, refusing unusable passwords."""
+    if not PASSWORD_MIN_LENGTH <= len(password) <= PASSWORD_MAX_LENGTH:
+        raise InvalidPassword(
+            f"A password has {PASSWORD_MIN_LENGTH} to {PASSWORD_MAX_LENGTH} characters."
+        )
+    return _hasher.hash(password)
+
+
+@lru_cache(maxsize=1)
+def _dummy_hash() -> str:
+    return _hasher.hash(secrets.token_urlsafe(16))
+
+
+def verify_password(password_hash: str | None, password: str) -> bool:
+    """Check `password`; without a stored hash, spend the same work and return False."""
+    try:
+        return _hasher.verify(password_hash or _dummy_hash(), password) and bool(password_hash)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def rehash_if_needed(password_hash: str, password: str) -> str | None:
+    """A fresh hash when the stored one uses outdated parameters, else None."""
+    return _hasher.hash(password) if _hasher.check_needs_rehash(password_hash) else None
+
+
+def create_account(
+    session: Session, *, email: str, password: str | None, is_staff: bool, now: dt.datetime
+) -> Account:
+    """Create an account; without a password it cannot log in."""
+    address = normalize_email(email)
+    if len(address) > 254 or not _EMAIL_RE.match(address):
+        raise InvalidEmail("Give an email address like name@example.com.")
+    if session.scalar(select(Account.id).where(Account.email == address)) is not None:
+        raise AccountExists()
+    account = Account(
+        id=new_id("acct"),
+        email=address,
+        password_hash=hash_password(password) if password is not None else None,
+        is_staff=is_staff,
+        created_at=now,
+    )
+    session.add(account)
+    session.flush()
+    return account
+
+
+def find_account_by_email(session: Session, *, email: str) -> Account | None:
+    return session.scalar(select(Account).where(Account.email == normalize_email(email)))
+
+
+def get_account_by_email(session: Session, *, email: str) -> Account:
+    """Return the account with this email or raise AccountNotFound."""
+    account = find_account_by_email(session, email=email)
+    if account is None:
+        raise AccountNotFound()
+    return account
+
+
+def get_account(session: Session, *, account_id: str) -> Account:
+    account = session.get(Account, account_id)
+    if account is None:
+        raise AccountNotFound()
+    return account
+
+
+def set_password_hash(session: Session, *, account_id: str, password_hash: str) -> None:
+    get_account(session, account_id=account_id).password_hash = password_hash
+
+
+# --- secrets shared by API keys and refresh tokens --------------------------------------
+
+
+def generate_secret(prefix: str) -> str:
+    """Return `prefix` + 43 base62 characters from the OS CSPRNG (about 256 bits)."""
+    return prefix + "".join(secrets.choice(BASE62) for _ in range(RANDOM_LENGTH))
+
+
+def token_digest(token: str) -> str:
+    """SHA-256 lowercase hex of a token's plaintext; the only form that is stored."""
+    return hashlib.sha256(token.encode("ascii")).hexdigest()
+
+
+# --- API keys ---------------------------------------------------------------------------
+
+
+def create_api_key(
+    session: Session, *, account_id: str, name: str, now: dt.datetime
+) -> CreatedApiKey:
+    """Create a key for the account; the plaintext is returned here and never again."""
+    clean = name.strip()
+    if not 1 <= len(clean) <= 100 or not clean.isprintable():
+        raise InvalidApiKeyName("A key name has 1 to 100 printable characters.")
+    get_account(session, account_id=account_id)
+    plaintext = generate_secret(API_KEY_PREFIX)
+    key = ApiKey(
+        id=new_id("key"),
+        account_id=account_id,
+        name=clean,
+        digest=token_digest(plaintext),
+        created_at=now,
+    )
+    session.add(key)
+    session.flush()
+    return CreatedApiKey(api_key=plaintext, key_id=key.id, name=key.name, created_at=now)
+
+
+def list_api_keys(session: Session, *, account_id: str) -> Sequence[ApiKey]:
+    """The account's keys (metadata only), oldest first."""
+    query = select(ApiKey).where(ApiKey.account_id == account_id).order_by(ApiKey.id)
+    return session.scalars(query).all()
+
+
+def revoke_api_key(
+    session: Session, *, key_id: str, account_id: str | None, now: dt.datetime
+) -> ApiKey:
+    """Revoke for ever; `account_id` scopes the lookup (None: operator, any account)."""
+    key = session.get(ApiKey, key_id)
+    if key is None or (account_id is not None and key.account_id != account_id):
+        raise ApiKeyNotFound()
+    if key.revoked_at is None:
+        key.revoked_at = now
+        session.flush()
+    return key
+
+
+def resolve_api_key(session: Session, *, api_key: str, now: dt.datetime) -> Principal:
+    """Turn an API key plaintext into a principal, or raise Unauthenticated."""
+    if not _API_KEY_RE.match(api_key):
+        raise Unauthenticated("The credential is not valid.")
+    digest = token_digest(api_key)
+    key = session.scalar(select(ApiKey).where(ApiKey.digest == digest))
+    if key is None or not hmac.compare_digest(key.digest, digest) or key.revoked_at is not None:
+        raise Unauthenticated("The credential is not valid.")
+    account = get_account(session, account_id=key.account_id)
+    _touch_api_key(session, key_id=key.id, last_used_at=key.last_used_at, now=now)
+    return Principal(
+        account_id=account.id, channel="API_KEY", is_staff=account.is_staff, key_id=key.id
+    )
+
+
+def _touch_api_key(
+    session: Session, *, key_id: str, last_used_at: dt.datetime | None, now: dt.datetime
+) -> None:
+    # Write at most once per resolution period, and only if nobody else just did.
+    cutoff = now - LAST_USED_RESOLUTION
+    if last_used_at is not None and last_used_at > cutoff:
+        return
+    session.execute(
+        update(ApiKey)
+        .where(ApiKey.id == key_id)
+        .where(or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at <= cutoff))
+        .values(last_used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+# --- sessions: access tokens and rotating refresh tokens ---------------------------------
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _sign(unsigned: str, settings: Settings) -> str:
+    mac = hmac.new(settings.derived_key("access-token"), unsigned.encode("ascii"), "sha256")
+    return _b64(mac.digest())
+
+
+def issue_access_token(
+    *, account_id: str, family_id: str, expires_at: dt.datetime, settings: Settings
+) -> str:
+    """A self-contained signed token; still refused once its family is revoked."""
+    unsigned = f"{ACCESS_TOKEN_PREFIX}{account_id}.{family_id}.{int(expires_at.timestamp())}"
+    return f"{unsigned}.{_sign(unsigned, settings)}"
+
+
+def resolve_access_token(
+    session: Session, *, token: str, settings: Settings, now: dt.datetime
+) -> Principal:
+    """Turn a session access token into a principal, or raise Unauthenticated."""
+    match = _ACCESS_RE.match(token)
+    if match is None:
+        raise Unauthenticated("The credential is not valid.")
+    unsigned, account_id, family_id, expiry, signature = match.groups()
+    if not hmac.compare_digest(_sign(unsigned, settings), signature):
+        raise Unauthenticated("The credential is not valid.")
+    if int(expiry) <= now.timestamp():
+        raise Unauthenticated("The access token has expired.")
+    family = session.get(SessionFamily, family_id)
+    if family is None or family.account_id != account_id or family.revoked_at is not None:
+        raise Unauthenticated("The session has ended.")
+    account = get_account(session, account_id=account_id)
+    return Principal(
+        account_id=account.id,
+        channel="SESSION",
+        is_staff=account.is_staff,
+        key_id=None,
+        family_id=family.id,
+    )
+
+
+def _issue_pair(
+    session: Session, *, family: SessionFamily, settings: Settings, now: dt.datetime
+) -> IssuedTokens:
+    refresh = generate_secret(REFRESH_TOKEN_PREFIX)
+    session.add(
+        RefreshToken(
+            id=new_id("rtok"),
+            family_id=family.id,
+            digest=token_digest(refresh),
+            issued_at=now,
+            expires_at=now + dt.timedelta(seconds=settings.refresh_token_ttl_seconds),
+        )
+    )
+    session.flush()
+    ttl = settings.access_token_ttl_seconds
+    access = issue_access_token(
+        account_id=family.account_id,
+        family_id=family.id,
+        expires_at=now + dt.timedelta(seconds=ttl),
+        settings=settings,
+    )
+    return IssuedTokens(
+        access_token=access, refresh_token=refresh, expires_in=ttl, family_id=family.id
+    )
+
+
+def start_session(
+    session: Session, *, account_id: str, settings: Settings, now: dt.datetime
+) -> IssuedTokens:
+    """Open a new session family for the account and issue its first pair."""
+    get_account(session, account_id=account_id)
+    family = SessionFamily(id=new_id("sfam"), account_id=account_id, created_at=now)
+    session.add(family)
+    session.flush()
+    return _issue_pair(session, family=family, settings=settings, now=now)
+
+
+def _find_refresh_token(session: Session, token: str, *, lock: bool) -> RefreshToken | None:
+    if not _REFRESH_RE.match(token):
+        return None
+    digest = token_digest(token)
+    query = select(RefreshToken).where(RefreshToken.digest == digest)
+    row = session.scalar(query.with_for_update() if lock else query)
+    if row is None or not hmac.compare_digest(row.digest, digest):
+        return None
+    return row
+
+
+def rotate_refresh_token(
+    session: Session, *, refresh_token: str, settings: Settings, now: dt.datetime
+) -> IssuedTokens | RefreshRefused:
+    """Spend the token and issue a new pair; a replayed spent token revokes its family.
+
+    Returns the refusal instead of raising so that the edge commits the revocation.
+    """
+    row = _find_refresh_token(session, refresh_token, lock=True)
+    if row is None:
+        return RefreshRefused("unknown")
+    family = session.get(SessionFamily, row.family_id, with_for_update=True)
+    assert family is not None
+    if family.revoked_at is not None:
+        return RefreshRefused("revoked")
+    if row.spent_at is not None:
+        revoke_family(session, family_id=family.id, reason="REUSE", now=now)
+        return RefreshRefused("reused")
+    if row.expires_at <= now:
+        return RefreshRefused("expired")
+    row.spent_at = now
+    return _issue_pair(session, family=family, settings=settings, now=now)
+
+
+def family_of_refresh_token(session: Session, *, refresh_token: str) -> str | None:
+    """The family id a refresh token (spent or not) belongs to, if it is known."""
+    row = _find_refresh_token(session, refresh_token, lock=False)
+    return row.family_id if row is not None else None
+
+
+def revoke_family(session: Session, *, family_id: str, reason: str, now: dt.datetime) -> None:
+    """End a session family: all its access and refresh tokens are refused from now on."""
+    family = session.get(SessionFamily, family_id)
+    if family is not None and family.revoked_at is None:
+        family.revoked_at = now
+        family.revoked_reason = reason
+        session.flush()
+
+
+# --- login throttling -------------------------------------------------------------------
+
+
+def login_subjects(*, email: str, client_ip: str | None) -> list[str]:
+    """Rate-limit subjects of a login: the email, and the client address when known."""
+    subjects = [hashlib.sha256(b"email:" + normalize_email(email).encode()).hexdigest()]
+    if client_ip:
+        subjects.append(hashlib.sha256(b"ip:" + client_ip.encode()).hexdigest())
+    return subjects
+
+
+def check_login_allowed(
+    session: Session, *, subjects: Sequence[str], settings: Settings, now: dt.datetime
+) -> None:
+    """Raise LoginRateLimited when any subject used up its failures in the window."""
+    window = dt.timedelta(seconds=settings.login_window_seconds)
+    limit = settings.login_attempts_per_window
+    retry_after = 0
+    for subject in subjects:
+        recent = (
+            select(LoginAttempt.attempted_at)
+            .where(LoginAttempt.subject == subject, LoginAttempt.attempted_at > now - window)
+            .order_by(LoginAttempt.attempted_at.desc())
+        )
+        # The limit-th newest failure must leave the window before another attempt.
+        boundary = session.scalar(recent.offset(limit - 1).limit(1))
+        if boundary is not None:
+            wait = math.ceil((boundary + window - now).total_seconds())
+            retry_after = max(retry_after, wait, 1)
+    if retry_after:
+        raise LoginRateLimited("Too many failed logins; try again later.", retry_after=retry_after)
+
+
+def record_login_failure(
+    session: Session, *, subjects: Sequence[str], settings: Settings, now: dt.datetime
+) -> None:
+    """Count one failed login against each subject and forget failures outside the window."""
+    horizon = now - dt.timedelta(seconds=settings.login_window_seconds)
+    # The table only ever holds one window of failures, so this sweep stays small.
+    session.execute(delete(LoginAttempt).where(LoginAttempt.attempted_at <= horizon))
+    for subject in subjects:
+        session.add(LoginAttempt(id=new_id("login"), subject=subject, attempted_at=now))
+    session.flush()
+
+
+def clear_login_failures(session: Session, *, subject: str) -> None:
+    session.execute(delete(LoginAttempt).where(LoginAttempt.subject == subject))

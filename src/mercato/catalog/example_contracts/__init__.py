@@ -1,0 +1,1 @@
+"""Packaged example contract inputs (JSON), read through mercato.catalog.examples."""

@@ -1,0 +1,96 @@
+"""Catalog tables: listings, their exactly numbered versions, and holds."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mercato.db.base import Base, UTCDateTime
+
+DRAFT = "DRAFT"
+PUBLISHED = "PUBLISHED"
+HOLD_KINDS = ("staff", "report")
+
+JSONDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Listing(Base):
+    """A catalog entry owned by a provider account; the split is stored here, never shown."""
+
+    __tablename__ = "listings"
+    __table_args__ = (
+        CheckConstraint(
+            "provider_share_bps >= 0 AND provider_share_bps <= 10000", name="share_range"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    service_code: Mapped[str] = mapped_column(String(100), unique=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text)
+    owner_id: Mapped[str] = mapped_column(String(40), ForeignKey("accounts.id"), index=True)
+    provider_share_bps: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+class Version(Base):
+    """One exact version `v<number>`; a DRAFT can change, a PUBLISHED one never does."""
+
+    __tablename__ = "versions"
+    __table_args__ = (
+        UniqueConstraint("listing_id", "number"),
+        CheckConstraint("state IN ('DRAFT', 'PUBLISHED')", name="state"),
+        CheckConstraint("number >= 1", name="number_positive"),
+        CheckConstraint("price >= 1", name="price_positive"),
+        CheckConstraint("(state = 'PUBLISHED') = (published_at IS NOT NULL)", name="published_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    listing_id: Mapped[str] = mapped_column(String(40), ForeignKey("listings.id"))
+    number: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(16))
+    display_name: Mapped[str] = mapped_column(String(200))
+    connection_id: Mapped[str] = mapped_column(
+        String(40), ForeignKey("provider_connections.id"), index=True
+    )
+    price: Mapped[int] = mapped_column(Integer)
+    contract: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+    contract_digest: Mapped[str] = mapped_column(String(64))
+    has_artifact_contract: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    published_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class Hold(Base):
+    """A reason a listing is not public; released, never deleted."""
+
+    __tablename__ = "holds"
+    __table_args__ = (
+        CheckConstraint("kind IN ('staff', 'report')", name="kind"),
+        CheckConstraint("(released_at IS NULL) = (released_by IS NULL)", name="released"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    listing_id: Mapped[str] = mapped_column(String(40), ForeignKey("listings.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    released_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    released_by: Mapped[str | None] = mapped_column(String(100))
+    case_id: Mapped[str | None] = mapped_column(String(40))

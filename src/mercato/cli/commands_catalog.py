@@ -1,0 +1,125 @@
+"""`mercato admin publish`, `hold` and `release-hold`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from mercato.catalog import service as catalog
+from mercato.catalog.errors import InvalidContract
+from mercato.cli.commands_core import runtime_from_env
+from mercato.cli.output import emit
+
+OPERATOR = "operator:cli"
+
+
+def register(_top: Any, admin: Any) -> None:
+    publish = admin.add_parser(
+        "publish", help="create the listing if needed, then draft and publish a version"
+    )
+    publish.add_argument("--connection", required=True, help="an approved provider connection id")
+    publish.add_argument("--service-code", required=True)
+    publish.add_argument("--display-name", required=True)
+    publish.add_argument("--version", required=True, help="exact label v<number>, e.g. v1")
+    publish.add_argument("--price", required=True, type=int, help="gross price in points")
+    publish.add_argument("--contract", required=True, type=Path, help="contract JSON file")
+    publish.add_argument("--description", help="listing description")
+    publish.add_argument(
+        "--provider-share-bps",
+        type=int,
+        help="provider's share in basis points "
+        f"(new listings: {catalog.DEFAULT_PROVIDER_SHARE_BPS}; existing ones keep theirs)",
+    )
+    publish.add_argument("--json", action="store_true")
+    publish.set_defaults(handler=cmd_publish)
+
+    hold = admin.add_parser("hold", help="take a listing out of the catalog")
+    hold.add_argument("service_code")
+    hold.add_argument("--reason", required=True)
+    hold.add_argument("--json", action="store_true")
+    hold.set_defaults(handler=cmd_hold)
+
+    release = admin.add_parser("release-hold", help="release one hold on a listing")
+    release.add_argument("hold_id")
+    release.add_argument("--json", action="store_true")
+    release.set_defaults(handler=cmd_release_hold)
+
+
+def read_contract(path: Path) -> Any:
+    """Read the contract file the operator gave."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidContract(f"Cannot read the contract file {path}: {exc.strerror}.") from exc
+    except (ValueError, UnicodeError) as exc:
+        raise InvalidContract(f"The contract file {path} is not JSON: {exc}.") from exc
+
+
+def connection_facts(session: Session, *, connection_id: str) -> catalog.ConnectionFacts:
+    """Read what the catalog needs about a connection from the providers domain."""
+    # Imported here: the catalog may not import its sibling, so the edge brings the facts.
+    from mercato.providers import service as providers
+
+    connection = providers.get_connection(session, connection_id=connection_id)
+    return catalog.ConnectionFacts(
+        connection_id=connection.id,
+        owner_id=connection.owner_id,
+        approved=providers.is_approved(session, connection_id=connection.id),
+    )
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    contract = read_contract(args.contract)
+    runtime = runtime_from_env()
+    with runtime.db.transaction() as session:
+        result = catalog.publish(
+            session,
+            service_code=args.service_code,
+            display_name=args.display_name,
+            version=args.version,
+            connection=connection_facts(session, connection_id=args.connection),
+            price=args.price,
+            contract=contract,
+            description=args.description,
+            provider_share_bps=args.provider_share_bps,
+            now=runtime.clock.now(),
+        )
+        data = {
+            "serviceCode": result.listing.service_code,
+            "version": result.version.label,
+            "contractDigest": result.version.contract_digest,
+            "versionId": result.version.id,
+        }
+    verb = "published" if result.created else "already published (unchanged)"
+    text = f"{verb} {data['serviceCode']} {data['version']} contract {data['contractDigest']}"
+    emit(data, as_json=args.json, text=text)
+    return 0
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with runtime.db.transaction() as session:
+        hold_id = catalog.place_hold(
+            session,
+            service_code=args.service_code,
+            kind="staff",
+            reason=args.reason,
+            created_by=OPERATOR,
+            now=runtime.clock.now(),
+        )
+    emit({"holdId": hold_id}, as_json=args.json, text=f"placed hold {hold_id}")
+    return 0
+
+
+def cmd_release_hold(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with runtime.db.transaction() as session:
+        catalog.release_hold(
+            session, hold_id=args.hold_id, released_by=OPERATOR, now=runtime.clock.now()
+        )
+    emit({"holdId": args.hold_id}, as_json=args.json, text=f"released hold {args.hold_id}")
+    return 0

@@ -1,0 +1,157 @@
+"""`mercato admin add-connection`, `update-connection`, `check-connection`, `approve-connection`.
+
+Submitting or changing a connection commits first and then runs the conformance check (network,
+outside any transaction), which records its run in a short transaction of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from mercato.cli.commands_core import runtime_from_env
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, emit
+from mercato.conformance.flows import change_connection, check_connection, submit_connection
+from mercato.db.runtime import Runtime
+from mercato.dispatch.client import ProviderClient
+from mercato.providers import service as providers
+from mercato.providers.schemas import RunView
+
+
+def register(_top: Any, admin: Any) -> None:
+    add = admin.add_parser("add-connection", help="submit a provider connection and check it")
+    add.add_argument("--owner", required=True, help="email of the owning account")
+    add.add_argument("--name", required=True)
+    add.add_argument("--base-url", required=True)
+    add.add_argument("--credential", required=True, help="the bearer credential; '-' reads stdin")
+    add.add_argument("--json", action="store_true")
+    add.set_defaults(handler=cmd_add_connection)
+
+    update = admin.add_parser(
+        "update-connection", help="change name, URL or credential (lapses approval) and re-check"
+    )
+    update.add_argument("connection_id")
+    update.add_argument("--name")
+    update.add_argument("--base-url")
+    update.add_argument("--credential", help="the new credential; '-' reads stdin")
+    update.add_argument("--json", action="store_true")
+    update.set_defaults(handler=cmd_update_connection)
+
+    check = admin.add_parser("check-connection", help="run the nine conformance checks now")
+    check.add_argument("connection_id")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(handler=cmd_check_connection)
+
+    approve = admin.add_parser(
+        "approve-connection", help="approve a connection whose latest check passed all nine"
+    )
+    approve.add_argument("connection_id")
+    approve.add_argument("--json", action="store_true")
+    approve.set_defaults(handler=cmd_approve_connection)
+
+
+def _credential(value: str | None) -> str | None:
+    if value == "-":
+        return sys.stdin.readline().strip()
+    return value
+
+
+def _owner_id(session: Session, email: str) -> str:
+    from mercato.accounts import service as accounts
+
+    return accounts.get_account_by_email(session, email=email).id
+
+
+def _check(runtime: Runtime, connection_id: str) -> RunView:
+    with ProviderClient(runtime.settings) as client:
+        return check_connection(runtime, client, connection_id=connection_id)
+
+
+def _run_json(run: RunView) -> dict[str, Any]:
+    return {
+        "runId": run.run_id,
+        "revision": run.connection_revision,
+        "passed": run.passed,
+        "checks": [check.to_json() for check in run.checks],
+    }
+
+
+def _run_text(run: RunView) -> str:
+    lines = [f"conformance check: {'passed' if run.passed else 'NOT passed'}"]
+    for check in run.checks:
+        lines.append(f"  {check.position}. {check.name}: {check.status}  {check.detail}")
+    return "\n".join(lines)
+
+
+def cmd_add_connection(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with runtime.db.read() as session:
+        owner_id = _owner_id(session, args.owner)
+    with ProviderClient(runtime.settings) as client:
+        submitted = submit_connection(
+            runtime,
+            client,
+            owner_id=owner_id,
+            name=args.name,
+            base_url=args.base_url,
+            credential=_credential(args.credential) or "",
+        )
+    connection_id, run = submitted.connection_id, submitted.run
+    emit(
+        {"connectionId": connection_id, "check": _run_json(run)},
+        as_json=args.json,
+        text=f"created connection {connection_id}\n{_run_text(run)}",
+    )
+    return EXIT_OK
+
+
+def cmd_update_connection(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with ProviderClient(runtime.settings) as client:
+        changed = change_connection(
+            runtime,
+            client,
+            connection_id=args.connection_id,
+            name=args.name,
+            base_url=args.base_url,
+            credential=_credential(args.credential),
+        )
+    data: dict[str, Any] = {
+        "connectionId": changed.connection_id,
+        "revision": changed.revision,
+        "approved": changed.approved,
+    }
+    text = f"connection {changed.connection_id} is at revision {changed.revision}"
+    if changed.run is not None:
+        data["check"] = _run_json(changed.run)
+        text += " (approval lapsed)\n" + _run_text(changed.run)
+    else:
+        text += " (nothing changed)"
+    emit(data, as_json=args.json, text=text)
+    return EXIT_OK
+
+
+def cmd_check_connection(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    run = _check(runtime, args.connection_id)
+    data = {"passed": run.passed, "checks": [check.to_json() for check in run.checks]}
+    emit(data | {"runId": run.run_id}, as_json=args.json, text=_run_text(run))
+    return EXIT_OK if run.passed else EXIT_FAILURE
+
+
+def cmd_approve_connection(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with runtime.db.transaction() as session:
+        connection = providers.approve_connection(
+            session, connection_id=args.connection_id, now=runtime.clock.now()
+        )
+        revision = connection.revision
+    emit(
+        {"connectionId": args.connection_id, "approved": True, "revision": revision},
+        as_json=args.json,
+        text=f"approved connection {args.connection_id} at revision {revision}",
+    )
+    return EXIT_OK

@@ -1,0 +1,102 @@
+"""`mercato.client`: a typed Python client for Mercato's caller API, sync and async.
+
+    with MercatoClient("http://127.0.0.1:8000", api_key) as mercato:
+        call = mercato.invoke("pixiv.daily-ranking", "v1", {"chart": "overall"})
+        mercato.download_artifacts(call.invocation_id, call.artifacts, "thumbnails")
+
+It imports nothing else from mercato, so it can ship on its own.
+"""
+
+from mercato.client._async import AsyncMercatoClient
+from mercato.client._flows import RetryPolicy
+from mercato.client._sync import MercatoClient
+from mercato.client.errors import (
+    ArtifactCorrupted,
+    ArtifactDigestMismatch,
+    ArtifactNotReady,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InsufficientPoints,
+    InvocationNotSettled,
+    InvocationPending,
+    ListingUnavailable,
+    MercatoAPIError,
+    MercatoClientError,
+    NotFound,
+    ProviderContractViolation,
+    ProviderDefinedFailure,
+    ProviderNotApproved,
+    ProviderUnavailable,
+    RangeNotSupported,
+    RateLimitExceeded,
+    RequestSchemaViolation,
+    RequestTooLarge,
+    ServerError,
+    ServiceUnavailable,
+    TransportFailed,
+    Unauthenticated,
+    UnexpectedResponse,
+    ValidationFailed,
+)
+from mercato.client.models import (
+    ArtifactEntry,
+    Balance,
+    Contract,
+    InvocationResult,
+    Listing,
+    ListingSummary,
+    Page,
+    RateLimit,
+    Receipt,
+    Version,
+    VersionSummary,
+)
+
+__all__ = [
+    "ArtifactCorrupted",
+    "ArtifactDigestMismatch",
+    "ArtifactEntry",
+    "ArtifactNotReady",
+    "AsyncMercatoClient",
+    "BadRequest",
+    "Balance",
+    "Conflict",
+    "Contract",
+    "Forbidden",
+    "IdempotencyKeyInUse",
+    "IdempotencyKeyReused",
+    "InsufficientPoints",
+    "InvocationNotSettled",
+    "InvocationPending",
+    "InvocationResult",
+    "Listing",
+    "ListingSummary",
+    "ListingUnavailable",
+    "MercatoAPIError",
+    "MercatoClient",
+    "MercatoClientError",
+    "NotFound",
+    "Page",
+    "ProviderContractViolation",
+    "ProviderDefinedFailure",
+    "ProviderNotApproved",
+    "ProviderUnavailable",
+    "RangeNotSupported",
+    "RateLimit",
+    "RateLimitExceeded",
+    "Receipt",
+    "RequestSchemaViolation",
+    "RequestTooLarge",
+    "RetryPolicy",
+    "ServerError",
+    "ServiceUnavailable",
+    "TransportFailed",
+    "Unauthenticated",
+    "UnexpectedResponse",
+    "ValidationFailed",
+    "Version",
+    "VersionSummary",
+]

@@ -1,0 +1,75 @@
+"""One error hierarchy with stable upper-snake codes; `web.problems` renders it once."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class MercatoError(Exception):
+    """Base of every expected failure; `code` is stable and `status` is its HTTP status."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None, **extra: Any) -> None:
+        self.message = message or self.title
+        self.extra: dict[str, Any] = extra
+        self.headers: dict[str, str] = {}
+        super().__init__(self.message)
+
+
+class BadRequest(MercatoError):
+    code = "BAD_REQUEST"
+    status = 400
+    title = "Bad request"
+
+
+class ValidationFailed(MercatoError):
+    code = "VALIDATION_FAILED"
+    status = 422
+    title = "The request is not valid"
+
+
+class Unauthenticated(MercatoError):
+    code = "UNAUTHENTICATED"
+    status = 401
+    title = "Authentication required"
+
+    def __init__(self, message: str | None = None, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.headers["WWW-Authenticate"] = 'Bearer realm="mercato"'
+
+
+class Forbidden(MercatoError):
+    code = "FORBIDDEN"
+    status = 403
+    title = "Not allowed"
+
+
+class NotFound(MercatoError):
+    code = "NOT_FOUND"
+    status = 404
+    title = "Not found"
+
+
+class Conflict(MercatoError):
+    code = "CONFLICT"
+    status = 409
+    title = "Conflict"
+
+
+class RateLimited(MercatoError):
+    code = "RATE_LIMITED"
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.headers["Retry-After"] = str(retry_after)
+
+
+class ServiceUnavailable(MercatoError):
+    code = "SERVICE_UNAVAILABLE"
+    status = 503
+    title = "Service unavailable"

@@ -1,0 +1,195 @@
+"""Structured JSON logs: one object per line, a request id from a contextvar, never a secret.
+
+`configure_logging()` replaces the root handlers with one stderr handler carrying the
+`RequestIdFilter`, the `RedactingFilter` and the `JsonFormatter`. Every line has `ts`, `level`,
+`logger`, `msg` and `request_id` (null outside a request), plus the record's `extra` fields.
+
+Redaction (decision 0152) scrubs the formatted message, every string field and tracebacks:
+`Authorization`/`Bearer` values, `mercato_live_…`/`mercato_at_…`/`mercato_rt_…` tokens, values
+of fields whose name looks secret (password, credential, token, secret, authorization, cookie,
+api_key), and every literal registered with `register_secret` (the secret key, each provider
+credential the dispatcher decrypts).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+from contextvars import ContextVar
+from typing import IO, Any
+
+import orjson
+
+REDACTED = "[REDACTED]"
+request_id_var: ContextVar[str | None] = ContextVar("mercato_request_id", default=None)
+
+_TOKEN = re.compile(r"\b(mercato_(?:live|at|rt)_)[A-Za-z0-9._~+/=-]+")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"'}\]]+")
+_AUTH_HEADER = re.compile(
+    r"(?i)(['\"]?(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key)['\"]?"
+    r"\s*[:=]\s*)(['\"]?)[^'\"\n]+(['\"]?)"
+)
+_SECRET_FIELD = re.compile(
+    r"(?i)(password|passwd|secret|credential|token|authorization|cookie|api_?key)"
+)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_MAX_SECRETS = 4096
+_MIN_SECRET_LENGTH = 8
+
+# LogRecord attributes that are not `extra` fields.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()
+    | {"message", "asctime", "request_id", "taskName", "color_message"}
+)
+
+
+class _SecretRegistry:
+    """Literal secret values to scrub from every line (bounded, most recent kept)."""
+
+    def __init__(self) -> None:
+        self._values: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._snapshot: tuple[str, ...] = ()
+
+    def add(self, value: str | None) -> None:
+        if not value or len(value) < _MIN_SECRET_LENGTH:
+            return
+        with self._lock:
+            if value in self._values:
+                self._values.move_to_end(value)
+                return
+            self._values[value] = None
+            while len(self._values) > _MAX_SECRETS:
+                self._values.popitem(last=False)
+            # Longest first, so a secret containing another is scrubbed whole.
+            self._snapshot = tuple(sorted(self._values, key=len, reverse=True))
+
+    def values(self) -> tuple[str, ...]:
+        return self._snapshot
+
+
+_secrets = _SecretRegistry()
+
+
+def register_secret(value: str | None) -> None:
+    """Never log `value` literally from now on (in this process)."""
+    _secrets.add(value)
+
+
+def scrub(text: str) -> str:
+    """`text` with every known secret shape and registered secret replaced by [REDACTED]."""
+    for secret in _secrets.values():
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if "mercato_" in text:
+        text = _TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return _AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(3), text)
+
+
+def _scrub_value(name: str, value: Any) -> Any:
+    if _SECRET_FIELD.search(name) and value is not None:
+        return REDACTED
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {str(k): _scrub_value(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub_value("", v) for v in value]
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    return scrub(str(value))
+
+
+def sane_request_id(value: str | None) -> str | None:
+    """`value` if it is a short token of safe characters (and not a credential), else None."""
+    if value is None or not _REQUEST_ID.match(value) or value.startswith("mercato_"):
+        return None
+    return value
+
+
+class RequestIdFilter(logging.Filter):
+    """Put the current request id (from the contextvar) on every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = request_id_var.get()
+        return True
+
+
+class RedactingFilter(logging.Filter):
+    """Scrub the message, the `extra` fields and the traceback of every record in place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string must not lose the line
+            message = str(record.msg)
+        record.msg = scrub(message)
+        record.args = None
+        for name, value in list(vars(record).items()):
+            if name not in _STANDARD and not name.startswith("_"):
+                setattr(record, name, _scrub_value(name, value))
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)))
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, request_id, then the extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, tz=dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+        }
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_") and name not in line:
+                line[name] = value
+        if record.exc_text:
+            line["exc"] = record.exc_text
+        elif record.exc_info and record.exc_info[0] is not None:
+            line["exc"] = scrub("".join(traceback.format_exception(*record.exc_info)))
+        if record.stack_info:
+            line["stack"] = record.stack_info
+        return orjson.dumps(line, default=str).decode()
+
+
+def json_handler(stream: IO[str] | None = None) -> logging.Handler:
+    """A stream handler emitting redacted JSON lines (stderr by default)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(JsonFormatter())
+    return handler
+
+
+def configure_logging(level: int | str = logging.INFO, stream: IO[str] | None = None) -> None:
+    """Route every logger (uvicorn's too) through one redacting JSON handler on the root."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(json_handler(stream))
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    # Their request lines add nothing to ours; headers are never logged at these levels.
+    for name in ("httpx", "httpcore", "uvicorn.access"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,0 +1,25 @@
+"""Import every domain's models so that the metadata is complete (migrations, tests)."""
+
+from __future__ import annotations
+
+import importlib
+
+_MODEL_MODULES = [
+    "mercato.accounts.models",
+    "mercato.ledger.models",
+    "mercato.providers.models",
+    "mercato.catalog.models",
+    "mercato.quotas.models",
+    "mercato.invocations.models",
+    "mercato.artifacts.models",
+    "mercato.cases.models",
+]
+
+
+def load_all() -> None:
+    for name in _MODEL_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise

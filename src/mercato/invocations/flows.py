@@ -1,0 +1,473 @@
+"""The invocation engine: accept (tx) → call the provider (no tx) → settle or release (tx).
+
+Used by the invoke route (synchronously) and by the worker loops. Nothing here keeps state in
+memory that another process needs: every decision is read from, and written to, the database,
+and every transition is conditional on holding the row's lease.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import orjson
+from jsonschema import validators
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from mercato.catalog import service as catalog
+from mercato.core.canonical import canonical_json
+from mercato.core.errors import MercatoError
+from mercato.core.ids import new_id
+from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
+from mercato.db.runtime import Runtime
+from mercato.dispatch.client import ProviderClient
+from mercato.dispatch.outcomes import Classified, classify
+from mercato.invocations import failpoints
+from mercato.invocations import service as invocations
+from mercato.invocations.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    RequestSchemaViolation,
+    RequestTooLarge,
+)
+from mercato.invocations.schemas import CONTRACT_VIOLATION, UNAVAILABLE, InvocationView, State
+from mercato.invocations.service import Job
+from mercato.ledger.errors import InsufficientPoints
+from mercato.protocol import Outcome
+from mercato.providers import service as providers
+from mercato.providers.errors import ProviderNotApproved
+from mercato.providers.schemas import DispatchTarget
+from mercato.quotas import service as quotas
+from mercato.quotas.errors import RateLimitExceeded
+from mercato.quotas.schemas import QuotaStatus
+
+_MAX_SCHEMA_ERRORS = 20
+_TX_ATTEMPTS = 5
+_RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock, serialization failure
+T = TypeVar("T")
+_SYNC_BACKOFF_BASE = 0.05
+_SYNC_BACKOFF_CAP = 0.5
+_RETRY_BACKOFF_BASE = 0.5
+_RETRY_BACKOFF_CAP = 60.0
+_RECONCILE_BACKOFF_BASE = 0.5
+_RECONCILE_BACKOFF_CAP = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeRequest:
+    account_id: str
+    channel: str
+    service_code: str
+    version: str
+    idempotency_key: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeResult:
+    view: InvocationView
+    quota: QuotaStatus | None
+    replay: bool
+
+
+# --- timing ------------------------------------------------------------------------------
+
+
+def lease_seconds(runtime: Runtime) -> float:
+    """A processing lease outlives one provider call, so a live holder is never overtaken.
+
+    The client's whole-call deadline can reach twice the timeout (decision 0031).
+    """
+    settings = runtime.settings
+    timeout = float(settings.provider_timeout_seconds)
+    return max(float(settings.idempotency_lease_seconds), 2.0 * timeout + 2.0)
+
+
+def _backoff(base: float, cap: float, attempt: int) -> float:
+    """Exponential backoff with full-range jitter in [delay/2, delay]."""
+    delay: float = min(cap, base * 2.0 ** max(attempt - 1, 0))
+    return delay / 2 + random.random() * delay / 2
+
+
+def _later(runtime: Runtime, seconds: float) -> dt.datetime:
+    return runtime.clock.now() + dt.timedelta(seconds=seconds)
+
+
+def max_sends(runtime: Runtime) -> int:
+    """The first send plus `redispatch_attempts` redispatches (DESIGN.md §3, decision 0061)."""
+    return 1 + runtime.settings.redispatch_attempts
+
+
+def in_transaction(runtime: Runtime, work: Callable[[Session], T]) -> T:
+    """Run `work` in one transaction, again from scratch if PostgreSQL picked it as the victim
+    of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe)."""
+    for attempt in range(1, _TX_ATTEMPTS + 1):
+        try:
+            with runtime.db.transaction() as session:
+                return work(session)
+        except OperationalError as exc:
+            state = getattr(exc.orig, "sqlstate", None)
+            if state not in _RETRY_SQLSTATES or attempt == _TX_ATTEMPTS:
+                raise
+            time.sleep(random.random() * 0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
+# --- validation --------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=512)
+def _validator(schema_json: bytes) -> Any:
+    schema = orjson.loads(schema_json)
+    cls = validators.validator_for(schema)
+    return cls(schema)
+
+
+def _pointer(path: Any) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def schema_errors(schema: dict[str, Any], instance: Any) -> list[dict[str, str]]:
+    """JSON-pointer located violations of `schema` by `instance` (empty when valid)."""
+    validator = _validator(canonical_json(schema))
+    found = []
+    for error in validator.iter_errors(instance):
+        found.append({"pointer": _pointer(error.absolute_path), "detail": error.message[:300]})
+        if len(found) >= _MAX_SCHEMA_ERRORS:
+            break
+    return sorted(found, key=lambda e: e["pointer"])
+
+
+def _check_body(body: bytes, version: catalog.InvocableVersion) -> None:
+    if len(body) > version.request_max_bytes:
+        raise RequestTooLarge(
+            f"The body is {len(body)} bytes; this version accepts at most "
+            f"{version.request_max_bytes}.",
+            requestMaxBytes=version.request_max_bytes,
+        )
+    if nesting_exceeds(body):
+        # Parsers, canonicalisation and schema checks recurse per level; refuse before them.
+        raise RequestSchemaViolation(
+            f"The body nests deeper than {MAX_JSON_DEPTH} levels.",
+            errors=[{"pointer": "", "detail": f"nested deeper than {MAX_JSON_DEPTH} levels"}],
+        )
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise RequestSchemaViolation(
+            "The body is not JSON.", errors=[{"pointer": "", "detail": "not valid JSON"}]
+        ) from None
+    if not isinstance(payload, dict) or not payload:
+        raise RequestSchemaViolation(
+            "The body must be a non-empty JSON object.",
+            errors=[{"pointer": "", "detail": "must be a non-empty object"}],
+        )
+    errors = schema_errors(version.contract.get("requestSchema", {}), payload)
+    if errors:
+        raise RequestSchemaViolation("The body does not match the request schema.", errors=errors)
+
+
+# --- invoke (synchronous path) -----------------------------------------------------------
+
+
+def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeResult:
+    if view.fingerprint != fingerprint:
+        raise IdempotencyKeyReused(
+            "This Idempotency-Key was used for a different request; use a new key."
+        )
+    if view.pending and view.lease_expires_at is not None and view.lease_expires_at > now:
+        wait = max(math.ceil((view.lease_expires_at - now).total_seconds()), 1)
+        raise IdempotencyKeyInUse(
+            "The first request with this Idempotency-Key is still being processed.",
+            retry_after=wait,
+            invocationId=view.invocation_id,
+        )
+    return InvokeResult(view=view, quota=None, replay=True)
+
+
+def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> InvokeResult:
+    """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
+    db, settings = runtime.db, runtime.settings
+    fingerprint = invocations.fingerprint_of(
+        service_code=request.service_code, version=request.version, body=request.body
+    )
+    with db.read() as session:
+        existing = invocations.find_by_key(
+            session, account_id=request.account_id, idempotency_key=request.idempotency_key
+        )
+        if existing is not None:
+            return _replay(existing, fingerprint, runtime.clock.now())
+        version = catalog.get_invocable_version(
+            session, service_code=request.service_code, version=request.version
+        )
+        target = providers.get_dispatch_target(
+            session, connection_id=version.connection_id, settings=settings
+        )
+        policy = quotas.policy_for(
+            session, account_id=request.account_id, default=quotas.default_policy(settings)
+        )
+    if not target.approved:
+        raise ProviderNotApproved("The provider connection of this version is not approved.")
+    _check_body(request.body, version)
+
+    invocation_id = new_id("inv")
+    owner = new_id("lease")
+    now = runtime.clock.now()
+
+    def accept(session: Session) -> QuotaStatus:
+        return invocations.accept(
+            session,
+            invocation_id=invocation_id,
+            account_id=request.account_id,
+            channel=request.channel,
+            idempotency_key=request.idempotency_key,
+            fingerprint=fingerprint,
+            version=version,
+            payload=request.body,
+            policy=policy,
+            lease_owner=owner,
+            lease_seconds=lease_seconds(runtime),
+            now=now,
+        )
+
+    try:
+        quota = in_transaction(runtime, accept)
+    except (IntegrityError, InsufficientPoints, RateLimitExceeded):
+        # A concurrent request with the same key was accepted first: answer as its replay. Its
+        # reservation or quota slot may be what refused ours (reserve runs before the insert
+        # hits the key's unique constraint), so a refusal is only final when there is no twin.
+        with db.read() as session:
+            twin = invocations.find_by_key(
+                session, account_id=request.account_id, idempotency_key=request.idempotency_key
+            )
+        if twin is None:
+            raise
+        return _replay(twin, fingerprint, runtime.clock.now())
+    failpoints.hit("after-accept")
+    job = Job(
+        invocation_id=invocation_id,
+        state=State.DISPATCHING.value,
+        connection_id=version.connection_id,
+        provider_key=invocations.provider_key_for(invocation_id),
+        payload=request.body,
+        response_max_bytes=version.response_max_bytes,
+        result_schema=version.contract.get("resultSchema", {}),
+        has_artifact_contract=version.has_artifact_contract,
+        sends=1,
+        reconciliations=0,
+    )
+    view = send_and_conclude(runtime, client, target, job, owner, synchronous=True)
+    if view is None:  # another process took over; answer with what the database says now
+        with db.read() as session:
+            view = invocations.get_view(session, invocation_id=invocation_id)
+    return InvokeResult(view=view, quota=quota, replay=False)
+
+
+# --- shared by the request and the worker ------------------------------------------------
+
+
+def send_and_conclude(
+    runtime: Runtime,
+    client: ProviderClient,
+    target: DispatchTarget,
+    job: Job,
+    owner: str,
+    *,
+    synchronous: bool,
+) -> InvocationView | None:
+    """Send the stored payload (its send already counted) and act on the classified answer.
+
+    RETRYABLE_BEFORE_ACCEPT is redispatched within the bound: inline with a short backoff on
+    the synchronous path, else parked in RETRY_WAIT for the worker. Returns the invocation as
+    the deciding transaction left it (None when the lease was lost to another process).
+    """
+    sends = job.sends
+    while True:
+        answer = client.execute(
+            target,
+            idempotency_key=job.provider_key,
+            payload_bytes=job.payload,
+            response_max_bytes=job.response_max_bytes,
+            timeout=runtime.settings.provider_timeout_seconds,
+        )
+        failpoints.hit("after-send")
+        classified = classify(answer)
+        if classified.outcome is not Outcome.RETRYABLE_BEFORE_ACCEPT:
+            return conclude(runtime, job, owner, classified)
+        if sends >= max_sends(runtime):
+            return _fail(runtime, job, owner, UNAVAILABLE, None)
+        if not synchronous:
+            return _park(runtime, job, owner, State.RETRY_WAIT, sends, "retryable_before_accept")
+        time.sleep(_backoff(_SYNC_BACKOFF_BASE, _SYNC_BACKOFF_CAP, sends))
+        with runtime.db.transaction() as session:
+            counted = invocations.record_send(
+                session,
+                invocation_id=job.invocation_id,
+                lease_owner=owner,
+                lease_seconds=lease_seconds(runtime),
+                now=runtime.clock.now(),
+            )
+        if counted is None:
+            return None  # lost the lease: whoever holds it now decides
+        sends = counted
+
+
+def _park(
+    runtime: Runtime, job: Job, owner: str, state: State, attempt: int, reason: str
+) -> InvocationView | None:
+    if state is State.RETRY_WAIT:
+        delay = _backoff(_RETRY_BACKOFF_BASE, _RETRY_BACKOFF_CAP, attempt)
+    else:
+        delay = _backoff(_RECONCILE_BACKOFF_BASE, _RECONCILE_BACKOFF_CAP, attempt)
+    with runtime.db.transaction() as session:
+        parked = invocations.schedule(
+            session,
+            invocation_id=job.invocation_id,
+            lease_owner=owner,
+            state=state,
+            next_attempt_at=_later(runtime, delay),
+            reason=reason,
+            now=runtime.clock.now(),
+        )
+        return invocations.get_view(session, invocation_id=job.invocation_id) if parked else None
+
+
+def _fail(
+    runtime: Runtime, job: Job, owner: str, error_code: str, provider_http_status: int | None
+) -> InvocationView | None:
+
+    def finish(session: Session) -> InvocationView | None:
+        done = invocations.finish_failure(
+            session,
+            invocation_id=job.invocation_id,
+            lease_owner=owner,
+            error_code=error_code,
+            provider_http_status=provider_http_status,
+            now=runtime.clock.now(),
+        )
+        failpoints.hit("before-settle")
+        return invocations.get_view(session, invocation_id=job.invocation_id) if done else None
+
+    return in_transaction(runtime, finish)
+
+
+def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The result's artifact manifest and whether it keeps the artifact contract."""
+    entries = result.get("artifacts", [])
+    try:
+        from mercato.artifacts.service import validate_manifest
+    except ImportError:
+        return (entries, True) if isinstance(entries, list) else ([], False)
+    try:
+        validate_manifest(entries)
+    except MercatoError:
+        return [], False
+    return list(entries), True
+
+
+def conclude(
+    runtime: Runtime, job: Job, owner: str, classified: Classified
+) -> InvocationView | None:
+    """Settle, release or park for reconciliation according to a classified answer."""
+    envelope = classified.envelope
+    if classified.outcome is Outcome.SUCCEEDED and envelope is not None:
+        result = envelope.result or {}
+        manifest: list[dict[str, Any]] | None = None
+        valid = not schema_errors(job.result_schema, result)
+        if valid and job.has_artifact_contract:
+            manifest, valid = _valid_manifest(result)
+        if not valid:
+            return _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
+
+        def finish(session: Session) -> InvocationView | None:
+            done = invocations.finish_success(
+                session,
+                invocation_id=job.invocation_id,
+                lease_owner=owner,
+                result=orjson.dumps(result),
+                artifacts=manifest,
+                now=runtime.clock.now(),
+            )
+            failpoints.hit("before-settle")
+            return invocations.get_view(session, invocation_id=job.invocation_id) if done else None
+
+        return in_transaction(runtime, finish)
+    if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:
+        assert envelope.error_code is not None
+        return _fail(runtime, job, owner, envelope.error_code, envelope.http_status)
+    # UNKNOWN_OUTCOME (or anything else): never resend; only reconciliation may decide.
+    return _park(runtime, job, owner, State.RECONCILING, job.reconciliations + 1, classified.reason)
+
+
+# --- worker steps ------------------------------------------------------------------------
+
+
+def _target(runtime: Runtime, job: Job) -> DispatchTarget:
+    with runtime.db.read() as session:
+        return providers.get_dispatch_target(
+            session, connection_id=job.connection_id, settings=runtime.settings
+        )
+
+
+def redispatch(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+    """Send a RETRY_WAIT invocation again: same provider key, same stored bytes."""
+    with runtime.db.read() as session:
+        job = invocations.load_job(session, invocation_id=invocation_id)
+    if job.sends >= max_sends(runtime):
+        _fail(runtime, job, owner, UNAVAILABLE, None)
+        return
+    _count_and_send(runtime, client, job, owner)
+
+
+def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: str) -> None:
+    target = _target(runtime, job)
+    with runtime.db.transaction() as session:
+        sends = invocations.record_send(
+            session,
+            invocation_id=job.invocation_id,
+            lease_owner=owner,
+            lease_seconds=lease_seconds(runtime),
+            now=runtime.clock.now(),
+        )
+    if sends is None:
+        return
+    counted = replace(job, sends=sends, state=State.DISPATCHING.value)
+    send_and_conclude(runtime, client, target, counted, owner, synchronous=False)
+
+
+def reconcile(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+    """Ask the provider what happened to a call whose outcome is unknown (or was in flight).
+
+    Only RETRYABLE_BEFORE_ACCEPT, the provider's proof that it never accepted the key, allows
+    sending again, within the same bound as any redispatch.
+    """
+    with runtime.db.read() as session:
+        job = invocations.load_job(session, invocation_id=invocation_id)
+    target = _target(runtime, job)
+    with runtime.db.transaction() as session:
+        if not invocations.record_reconciliation(
+            session, invocation_id=invocation_id, lease_owner=owner, now=runtime.clock.now()
+        ):
+            return
+    job = replace(job, reconciliations=job.reconciliations + 1)
+    answer = client.reconcile(
+        target,
+        idempotency_key=job.provider_key,
+        response_max_bytes=job.response_max_bytes,
+        timeout=runtime.settings.provider_timeout_seconds,
+    )
+    classified = classify(answer)
+    if classified.outcome is Outcome.RETRYABLE_BEFORE_ACCEPT:
+        if job.sends >= max_sends(runtime):
+            _fail(runtime, job, owner, UNAVAILABLE, None)
+        else:
+            _count_and_send(runtime, client, job, owner)
+        return
+    conclude(runtime, job, owner, classified)

@@ -1,0 +1,79 @@
+"""The invocation row: one call intent from acceptance to its single terminal settlement."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mercato.db.base import Base, UTCDateTime
+
+
+class Invocation(Base):
+    """State machine in `state` (see docs/invocation-lifecycle.md); money in `settlement`."""
+
+    __tablename__ = "invocations"
+    __table_args__ = (
+        UniqueConstraint("account_id", "idempotency_key", name="uq_invocations_account_id"),
+        Index("ix_invocations_account_id_id", "account_id", "id"),
+        Index("ix_invocations_state_next_attempt_at", "state", "next_attempt_at"),
+        CheckConstraint(
+            "state IN ('DISPATCHING','RETRY_WAIT','RECONCILING','SUCCEEDED','FAILED')",
+            name="state",
+        ),
+        CheckConstraint(
+            "settlement IN ('PENDING','SETTLED','RELEASED','REFUNDED')", name="settlement"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(40), ForeignKey("accounts.id"))
+    idempotency_key: Mapped[str] = mapped_column(String(191))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(16))
+
+    service_code: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(32))
+    version_id: Mapped[str] = mapped_column(String(40))
+    contract_digest: Mapped[str] = mapped_column(String(64))
+    connection_id: Mapped[str] = mapped_column(String(40))
+    provider_account_id: Mapped[str] = mapped_column(String(40))
+    provider_share_bps: Mapped[int] = mapped_column(Integer)
+    price: Mapped[int] = mapped_column(Integer)
+    has_artifact_contract: Mapped[bool] = mapped_column(Boolean)
+    response_max_bytes: Mapped[int] = mapped_column(Integer)
+    result_schema: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    provider_key: Mapped[str] = mapped_column(String(120))
+
+    state: Mapped[str] = mapped_column(String(16))
+    settlement: Mapped[str] = mapped_column(String(16))
+    reservation_id: Mapped[str] = mapped_column(String(40))
+    sends: Mapped[int] = mapped_column(Integer)
+    reconciliations: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    provider_http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    artifacts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    settled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)

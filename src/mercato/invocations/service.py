@@ -1,0 +1,515 @@
+"""Invocation rows: acceptance, leases, transitions and receipts. Never commits, never calls out.
+
+Every transition is a conditional UPDATE on (id, state, lease owner): whoever does not hold the
+row's lease, or finds it already moved, changes nothing. The terminal move and its ledger
+operation (settle or release) happen in the same transaction, so an invocation settles once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Row, Table, select, update
+from sqlalchemy.orm import Session
+
+from mercato.catalog.service import InvocableVersion
+from mercato.core.canonical import canonical_json, sha256_hex
+from mercato.invocations.errors import (
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    InvalidCursor,
+    InvalidQuery,
+    InvocationNotFound,
+)
+from mercato.invocations.models import Invocation
+from mercato.invocations.schemas import (
+    ACTIVE_STATES,
+    PUBLIC_STATUSES,
+    InvocationView,
+    Page,
+    Settlement,
+    State,
+)
+from mercato.ledger import service as ledger
+from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH
+from mercato.quotas import service as quotas
+from mercato.quotas.schemas import Policy, QuotaStatus
+
+_t = cast(Table, Invocation.__table__)
+_c = _t.c
+PROVIDER_KEY_PREFIX = "mercato:"
+MAX_PAGE = 100
+
+_VIEW_COLUMNS = (
+    _c.id,
+    _c.account_id,
+    _c.service_code,
+    _c.version,
+    _c.contract_digest,
+    _c.state,
+    _c.settlement,
+    _c.price,
+    _c.has_artifact_contract,
+    _c.idempotency_key,
+    _c.fingerprint,
+    _c.channel,
+    _c.error_code,
+    _c.provider_http_status,
+    _c.result,
+    _c.artifacts,
+    _c.lease_expires_at,
+    _c.created_at,
+    _c.settled_at,
+    _c.refunded_at,
+)
+
+
+def _view(row: Row[Any]) -> InvocationView:
+    return InvocationView(*row)
+
+
+def provider_key_for(invocation_id: str) -> str:
+    """The stable platform-generated key the provider sees (never the caller's key)."""
+    return PROVIDER_KEY_PREFIX + invocation_id
+
+
+def fingerprint_of(*, service_code: str, version: str, body: bytes) -> str:
+    """SHA-256 over serviceCode, version and the canonical JSON body (raw bytes if not JSON)."""
+    import orjson
+
+    try:
+        canonical = canonical_json(orjson.loads(body)).decode()
+        material: dict[str, str] = {"json": canonical}
+    except Exception:
+        material = {"raw": body.hex()}
+    return sha256_hex(canonical_json({"serviceCode": service_code, "version": version, **material}))
+
+
+# --- reads -------------------------------------------------------------------------------
+
+
+def find_by_key(
+    session: Session, *, account_id: str, idempotency_key: str
+) -> InvocationView | None:
+    """The account's invocation for this Idempotency-Key, if any."""
+    row = session.execute(
+        select(*_VIEW_COLUMNS).where(
+            _c.account_id == account_id, _c.idempotency_key == idempotency_key
+        )
+    ).first()
+    return None if row is None else _view(row)
+
+
+def get_view(session: Session, *, invocation_id: str) -> InvocationView:
+    row = session.execute(select(*_VIEW_COLUMNS).where(_c.id == invocation_id)).first()
+    if row is None:
+        raise InvocationNotFound()
+    return _view(row)
+
+
+def get_invocation_for_owner(
+    session: Session, *, account_id: str, invocation_id: str
+) -> InvocationView:
+    """The invocation if `account_id` made it; anyone else gets 404 (existence never leaks)."""
+    row = session.execute(
+        select(*_VIEW_COLUMNS).where(_c.id == invocation_id, _c.account_id == account_id)
+    ).first()
+    if row is None:
+        raise InvocationNotFound()
+    return _view(row)
+
+
+def encode_cursor(invocation_id: str) -> str:
+    return base64.urlsafe_b64encode(invocation_id.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidCursor("The cursor is not valid.") from exc
+    if not value.startswith("inv_") or len(value) > 40:
+        raise InvalidCursor("The cursor is not valid.")
+    return value
+
+
+def list_for_owner(
+    session: Session,
+    *,
+    account_id: str,
+    limit: int = 20,
+    cursor: str | None = None,
+    status: str | None = None,
+) -> Page:
+    """The account's receipts, newest first, by keyset on the time-ordered id."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidQuery(f"limit must be 1-{MAX_PAGE}")
+    query = select(*_VIEW_COLUMNS).where(_c.account_id == account_id)
+    if status is not None:
+        if status not in PUBLIC_STATUSES:
+            raise InvalidQuery(f"status must be one of {', '.join(PUBLIC_STATUSES)}")
+        if status == "PENDING":
+            query = query.where(_c.state.in_([s.value for s in ACTIVE_STATES]))
+        else:
+            query = query.where(_c.state == status)
+    if cursor is not None:
+        query = query.where(_c.id < _decode_cursor(cursor))
+    rows = session.execute(query.order_by(_c.id.desc()).limit(limit + 1)).all()
+    items = [_view(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return Page(items=items, next_cursor=encode_cursor(items[-1].invocation_id) if more else None)
+
+
+# --- acceptance --------------------------------------------------------------------------
+
+
+def accept(
+    session: Session,
+    *,
+    invocation_id: str,
+    account_id: str,
+    channel: str,
+    idempotency_key: str,
+    fingerprint: str,
+    version: InvocableVersion,
+    payload: bytes,
+    policy: Policy,
+    lease_owner: str,
+    lease_seconds: float,
+    now: dt.datetime,
+) -> QuotaStatus:
+    """Accept one call intent: invocation row + reservation + quota slot, all or nothing.
+
+    A concurrent twin with the same key fails on the unique (account, key) constraint and the
+    caller's transaction rolls back; the edge then answers it as a replay.
+    """
+    reservation_id = ledger.reserve(
+        session, account_id=account_id, amount=version.price, reference=invocation_id, now=now
+    )
+    session.execute(
+        _t.insert().values(
+            id=invocation_id,
+            account_id=account_id,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            channel=channel,
+            service_code=version.service_code,
+            version=version.version,
+            version_id=version.version_id,
+            contract_digest=version.contract_digest,
+            connection_id=version.connection_id,
+            provider_account_id=version.provider_account_id,
+            provider_share_bps=version.provider_share_bps,
+            price=version.price,
+            has_artifact_contract=version.has_artifact_contract,
+            response_max_bytes=version.response_max_bytes,
+            result_schema=version.contract.get("resultSchema", {}),
+            payload=payload,
+            provider_key=provider_key_for(invocation_id),
+            state=State.DISPATCHING.value,
+            settlement=Settlement.PENDING.value,
+            reservation_id=reservation_id,
+            sends=1,
+            reconciliations=0,
+            next_attempt_at=now,
+            lease_owner=lease_owner,
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return quotas.take_slot(session, account_id=account_id, policy=policy, now=now)
+
+
+# --- work items and leases ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What dispatching or reconciling one invocation needs (read under its lease)."""
+
+    invocation_id: str
+    state: str
+    connection_id: str
+    provider_key: str
+    payload: bytes
+    response_max_bytes: int
+    result_schema: dict[str, Any]
+    has_artifact_contract: bool
+    sends: int
+    reconciliations: int
+
+
+def load_job(session: Session, *, invocation_id: str) -> Job:
+    row = session.execute(
+        select(
+            _c.id,
+            _c.state,
+            _c.connection_id,
+            _c.provider_key,
+            _c.payload,
+            _c.response_max_bytes,
+            _c.result_schema,
+            _c.has_artifact_contract,
+            _c.sends,
+            _c.reconciliations,
+        ).where(_c.id == invocation_id)
+    ).first()
+    if row is None:
+        raise InvocationNotFound()
+    return Job(*row)
+
+
+def _held(invocation_id: str, lease_owner: str) -> Any:
+    return (
+        (_c.id == invocation_id)
+        & (_c.lease_owner == lease_owner)
+        & _c.state.in_([s.value for s in ACTIVE_STATES])
+    )
+
+
+def record_send(
+    session: Session,
+    *,
+    invocation_id: str,
+    lease_owner: str,
+    lease_seconds: float,
+    now: dt.datetime,
+) -> int | None:
+    """Count one more send before making it and renew the lease; None if the lease was lost."""
+    stmt = (
+        update(_t)
+        .where(_held(invocation_id, lease_owner))
+        .values(
+            state=State.DISPATCHING.value,
+            sends=_c.sends + 1,
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            next_attempt_at=now,
+            updated_at=now,
+        )
+        .returning(_c.sends)
+    )
+    sends: int | None = session.execute(stmt).scalar_one_or_none()
+    return sends
+
+
+def record_reconciliation(
+    session: Session, *, invocation_id: str, lease_owner: str, now: dt.datetime
+) -> bool:
+    """Count one reconciliation call before making it; False if the lease was lost."""
+    stmt = (
+        update(_t)
+        .where(_held(invocation_id, lease_owner))
+        .values(reconciliations=_c.reconciliations + 1, updated_at=now)
+        .returning(_c.id)
+    )
+    return session.execute(stmt).first() is not None
+
+
+def schedule(
+    session: Session,
+    *,
+    invocation_id: str,
+    lease_owner: str,
+    state: State,
+    next_attempt_at: dt.datetime,
+    reason: str,
+    now: dt.datetime,
+) -> bool:
+    """Park an active invocation in RETRY_WAIT or RECONCILING and give up the lease."""
+    assert state in (State.RETRY_WAIT, State.RECONCILING)
+    stmt = (
+        update(_t)
+        .where(_held(invocation_id, lease_owner))
+        .values(
+            state=state.value,
+            next_attempt_at=next_attempt_at,
+            lease_owner=None,
+            lease_expires_at=None,
+            last_reason=reason[:200],
+            updated_at=now,
+        )
+        .returning(_c.id)
+    )
+    return session.execute(stmt).first() is not None
+
+
+def claim_due(
+    session: Session,
+    *,
+    states: tuple[State, ...],
+    lease_owner: str,
+    lease_seconds: float,
+    now: dt.datetime,
+    limit: int,
+) -> list[str]:
+    """Lease up to `limit` due invocations in `states` whose lease is free or expired.
+
+    PostgreSQL: `FOR UPDATE SKIP LOCKED` so concurrent workers pick disjoint rows. SQLite:
+    writers are serialised, and the conditional UPDATE below decides anyway.
+    """
+    free = (_c.lease_expires_at.is_(None)) | (_c.lease_expires_at <= now)
+    due = (
+        select(_c.id)
+        .where(_c.state.in_([s.value for s in states]), _c.next_attempt_at <= now, free)
+        .order_by(_c.next_attempt_at)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    ids = list(session.execute(due).scalars())
+    if not ids:
+        return []
+    claimed = session.execute(
+        update(_t)
+        .where(_c.id.in_(ids), _c.state.in_([s.value for s in states]), free)
+        .values(
+            lease_owner=lease_owner,
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+            updated_at=now,
+        )
+        .returning(_c.id)
+    )
+    return list(claimed.scalars())
+
+
+# --- terminal transitions (with the ledger, in one transaction) --------------------------
+
+
+def _finish(
+    session: Session,
+    invocation_id: str,
+    lease_owner: str,
+    values: dict[str, Any],
+) -> Row[Any] | None:
+    stmt = (
+        update(_t)
+        .where(_held(invocation_id, lease_owner))
+        .values(lease_owner=None, lease_expires_at=None, next_attempt_at=None, **values)
+        .returning(
+            _c.reservation_id,
+            _c.provider_account_id,
+            _c.provider_share_bps,
+            _c.has_artifact_contract,
+        )
+    )
+    return session.execute(stmt).first()
+
+
+def finish_success(
+    session: Session,
+    *,
+    invocation_id: str,
+    lease_owner: str,
+    result: bytes,
+    artifacts: list[dict[str, Any]] | None,
+    now: dt.datetime,
+) -> bool:
+    """SUCCEEDED: charge the reservation (and record the artifact manifest); once only."""
+    row = _finish(
+        session,
+        invocation_id,
+        lease_owner,
+        {
+            "state": State.SUCCEEDED.value,
+            "settlement": Settlement.SETTLED.value,
+            "result": result,
+            "artifacts": artifacts,
+            "settled_at": now,
+            "updated_at": now,
+        },
+    )
+    if row is None:
+        return False
+    reservation_id, provider_account_id, share_bps, has_artifacts = row
+    ledger.settle(
+        session,
+        reservation_id=reservation_id,
+        provider_account_id=provider_account_id,
+        provider_share_bps=share_bps,
+        now=now,
+    )
+    if has_artifacts and artifacts:
+        _record_manifest(session, invocation_id, artifacts, now)
+    return True
+
+
+def _record_manifest(
+    session: Session, invocation_id: str, entries: list[dict[str, Any]], now: dt.datetime
+) -> None:
+    try:
+        from mercato.artifacts import service as artifacts_service
+    except ImportError:
+        return
+    record = getattr(artifacts_service, "record_manifest", None)
+    if record is not None:
+        record(session, invocation_id=invocation_id, entries=entries, now=now)
+
+
+def finish_failure(
+    session: Session,
+    *,
+    invocation_id: str,
+    lease_owner: str,
+    error_code: str,
+    provider_http_status: int | None,
+    now: dt.datetime,
+) -> bool:
+    """FAILED (defined failure or platform-side): release the reservation; once only."""
+    row = _finish(
+        session,
+        invocation_id,
+        lease_owner,
+        {
+            "state": State.FAILED.value,
+            "settlement": Settlement.RELEASED.value,
+            "error_code": error_code,
+            "provider_http_status": provider_http_status,
+            "settled_at": now,
+            "updated_at": now,
+        },
+    )
+    if row is None:
+        return False
+    ledger.release(session, reservation_id=row[0], now=now)
+    return True
+
+
+def mark_refunded(session: Session, *, invocation_id: str, now: dt.datetime) -> None:
+    """Record a completed full refund on the receipt (after ledger.refund in the same tx)."""
+    moved = session.execute(
+        update(_t)
+        .where(_c.id == invocation_id, _c.settlement == Settlement.SETTLED.value)
+        .values(settlement=Settlement.REFUNDED.value, refunded_at=now, updated_at=now)
+        .returning(_c.id)
+    ).first()
+    if moved is None:
+        view = get_view(session, invocation_id=invocation_id)
+        if view.settlement != Settlement.REFUNDED:
+            from mercato.ledger.errors import ReservationNotSettled
+
+            raise ReservationNotSettled("Only a settled invocation can be refunded.")
+
+
+def reservation_of(session: Session, *, invocation_id: str) -> str:
+    """The ledger reservation id behind an invocation (for refunds)."""
+    value = session.execute(select(_c.reservation_id).where(_c.id == invocation_id)).scalar()
+    if value is None:
+        raise InvocationNotFound()
+    return str(value)
+
+
+def check_idempotency_key(values: list[str]) -> str:
+    """The one Idempotency-Key header: 1-191 visible ASCII characters (DESIGN.md §3)."""
+    if not values or not values[0]:
+        raise IdempotencyKeyMissing("Send an Idempotency-Key header (1-191 characters).")
+    if len(values) > 1:
+        raise IdempotencyKeyInvalid("Send exactly one Idempotency-Key header.")
+    key = values[0]
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH or not all("!" <= ch <= "~" for ch in key):
+        raise IdempotencyKeyInvalid("The Idempotency-Key must be 1-191 visible ASCII characters.")
+    return key

@@ -1,0 +1,92 @@
+"""Ledger tables — design overview.
+
+- `LedgerAccount`: one per (owner, kind). Owners are account ids, or `platform` for the
+  platform's `revenue` and `issuance`. `balance` is a cache of the sum of its entries; the
+  database refuses a negative balance for every kind but `issuance`, the source of granted
+  points, which goes negative by exactly the points issued.
+- `LedgerTransfer`: one movement of points (grant, reserve, settle, release, refund, payout).
+- `LedgerEntry`: one leg of a transfer, a signed amount on one ledger account (positive raises
+  the balance). The legs of a transfer sum to zero. Transfers and entries are append-only:
+  database triggers refuse UPDATE and DELETE.
+- `Reservation`: points held for one call (`reference` = the invocation id); it resolves once,
+  HELD → SETTLED | RELEASED, and a settled one may later become REFUNDED.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mercato.db.base import Base, UTCDateTime
+
+ACCOUNT_KINDS_SQL = "'available', 'reserved', 'earnings', 'revenue', 'issuance'"
+TRANSFER_KINDS_SQL = "'grant', 'reserve', 'settle', 'release', 'refund', 'payout'"
+RESERVATION_STATES_SQL = "'HELD', 'SETTLED', 'RELEASED', 'REFUNDED'"
+
+
+class LedgerAccount(Base):
+    __tablename__ = "ledger_accounts"
+    __table_args__ = (
+        UniqueConstraint("owner", "kind"),
+        CheckConstraint(f"kind IN ({ACCOUNT_KINDS_SQL})", name="kind"),
+        CheckConstraint("kind = 'issuance' OR balance >= 0", name="balance_non_negative"),
+        CheckConstraint(
+            "(owner = 'platform' AND kind IN ('revenue', 'issuance')) OR "
+            "(owner <> 'platform' AND kind IN ('available', 'reserved', 'earnings'))",
+            name="owner_kind",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(40))
+    kind: Mapped[str] = mapped_column(String(16))
+    balance: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class LedgerTransfer(Base):
+    __tablename__ = "ledger_transfers"
+    __table_args__ = (CheckConstraint(f"kind IN ({TRANSFER_KINDS_SQL})", name="kind"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    reference: Mapped[str | None] = mapped_column(String(100), index=True)
+    memo: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+class LedgerEntry(Base):
+    __tablename__ = "ledger_entries"
+    __table_args__ = (CheckConstraint("amount <> 0", name="amount_non_zero"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    transfer_id: Mapped[str] = mapped_column(ForeignKey("ledger_transfers.id"), index=True)
+    ledger_account_id: Mapped[str] = mapped_column(ForeignKey("ledger_accounts.id"), index=True)
+    amount: Mapped[int] = mapped_column(BigInteger)
+
+
+class Reservation(Base):
+    __tablename__ = "reservations"
+    __table_args__ = (
+        CheckConstraint("amount > 0", name="amount_positive"),
+        CheckConstraint(f"state IN ({RESERVATION_STATES_SQL})", name="state"),
+        CheckConstraint(
+            "state IN ('HELD', 'RELEASED') OR "
+            "(provider_amount >= 0 AND platform_amount >= 0 "
+            "AND provider_amount + platform_amount = amount)",
+            name="split_adds_up",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    reference: Mapped[str] = mapped_column(String(100), unique=True)
+    amount: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    provider_account_id: Mapped[str | None] = mapped_column(ForeignKey("accounts.id"))
+    provider_amount: Mapped[int | None] = mapped_column(BigInteger)
+    platform_amount: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

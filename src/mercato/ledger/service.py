@@ -1,0 +1,469 @@
+"""The points ledger: double-entry transfers between ledger accounts.
+
+Every operation posts one transfer whose entries sum to zero and moves the cached balances in
+the caller's transaction (it never commits). Each runs inside a SAVEPOINT, so a refused
+operation leaves nothing behind even when the caller goes on with its transaction.
+
+Concurrency: the ledger accounts a transfer touches are locked in id order (`FOR UPDATE` on
+PostgreSQL; SQLite's `BEGIN IMMEDIATE` serialises writers), and every debit of a guarded
+balance is a conditional UPDATE (`... WHERE balance >= :n`) whose row count decides. A
+reservation resolves once: its state moves by `UPDATE ... WHERE state = :expected`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Insert, Table, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from mercato.core.errors import MercatoError
+from mercato.core.ids import new_id
+from mercato.ledger.checks import run_checks
+from mercato.ledger.errors import (
+    InsufficientPoints,
+    InvalidLedgerInput,
+    LedgerInvariantViolated,
+    RefundBlocked,
+    ReservationAlreadyRefunded,
+    ReservationAlreadyResolved,
+    ReservationExists,
+    ReservationNotFound,
+    ReservationNotSettled,
+)
+from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer, Reservation
+from mercato.ledger.schemas import (
+    PLATFORM,
+    AccountKind,
+    Balances,
+    LedgerReport,
+    ReservationInfo,
+    ReservationState,
+    TransferKind,
+)
+
+MAX_AMOUNT = 10**15
+"""Far above any real price or grant; keeps every sum far inside BIGINT."""
+
+_REFERENCE_MAX = 100
+_MEMO_MAX = 200
+
+_ACCOUNTS = cast(Table, LedgerAccount.__table__)
+_TRANSFERS = cast(Table, LedgerTransfer.__table__)
+_ENTRIES = cast(Table, LedgerEntry.__table__)
+_RESERVATIONS = cast(Table, Reservation.__table__)
+
+ErrorFactory = Callable[[int, int], MercatoError]
+"""Builds the error for a refused debit from (balance, amount)."""
+
+
+@dataclass(frozen=True)
+class _Leg:
+    owner: str
+    kind: AccountKind
+    amount: int  # signed: positive raises the balance
+    on_short: ErrorFactory | None = None  # the error when a debit finds too little
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def grant(
+    session: Session, *, account_id: str, amount: int, now: dt.datetime, memo: str = ""
+) -> str:
+    """Move `amount` new points from platform issuance to the account's available balance."""
+    _check_amount(amount)
+    _check_memo(memo)
+    with session.begin_nested():
+        return _post(
+            session,
+            kind=TransferKind.GRANT,
+            reference=None,
+            memo=memo,
+            now=now,
+            legs=[
+                _Leg(PLATFORM, AccountKind.ISSUANCE, -amount),
+                _Leg(account_id, AccountKind.AVAILABLE, amount),
+            ],
+        )
+
+
+def reserve(
+    session: Session, *, account_id: str, amount: int, reference: str, now: dt.datetime
+) -> str:
+    """Hold `amount` of the account's available points for the call `reference`."""
+    _check_amount(amount)
+    if not reference or len(reference) > _REFERENCE_MAX:
+        raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
+    reservation_id = new_id("res")
+
+    def short(balance: int, wanted: int) -> MercatoError:
+        return InsufficientPoints(
+            f"{wanted} points needed, {balance} available", available=balance, required=wanted
+        )
+
+    try:
+        with session.begin_nested():
+            _post(
+                session,
+                kind=TransferKind.RESERVE,
+                reference=reservation_id,
+                memo=reference,
+                now=now,
+                legs=[
+                    _Leg(account_id, AccountKind.AVAILABLE, -amount, on_short=short),
+                    _Leg(account_id, AccountKind.RESERVED, amount),
+                ],
+            )
+            session.execute(
+                _RESERVATIONS.insert().values(
+                    id=reservation_id,
+                    account_id=account_id,
+                    reference=reference,
+                    amount=amount,
+                    state=ReservationState.HELD.value,
+                    created_at=now,
+                )
+            )
+    except IntegrityError:
+        if find_reservation(session, reference=reference) is not None:
+            raise ReservationExists(f"reference {reference!r} already has a reservation") from None
+        raise
+    return reservation_id
+
+
+def settle(
+    session: Session,
+    *,
+    reservation_id: str,
+    provider_account_id: str,
+    provider_share_bps: int,
+    now: dt.datetime,
+) -> None:
+    """Charge a held reservation: the provider's share (rounded down) to its earnings, the rest
+    to platform revenue."""
+    if not _is_int(provider_share_bps) or not 0 <= provider_share_bps <= 10_000:
+        raise InvalidLedgerInput("provider_share_bps must be an integer from 0 to 10000")
+    with session.begin_nested():
+        held = _load(session, reservation_id)
+        provider_amount = held.amount * provider_share_bps // 10_000
+        platform_amount = held.amount - provider_amount
+        _resolve(
+            session,
+            held,
+            ReservationState.SETTLED,
+            provider_account_id=provider_account_id,
+            provider_amount=provider_amount,
+            platform_amount=platform_amount,
+            resolved_at=now,
+        )
+        _post(
+            session,
+            kind=TransferKind.SETTLE,
+            reference=held.id,
+            memo=held.reference,
+            now=now,
+            legs=[
+                _Leg(held.account_id, AccountKind.RESERVED, -held.amount),
+                _Leg(provider_account_id, AccountKind.EARNINGS, provider_amount),
+                _Leg(PLATFORM, AccountKind.REVENUE, platform_amount),
+            ],
+        )
+
+
+def release(session: Session, *, reservation_id: str, now: dt.datetime) -> None:
+    """Return a held reservation to the caller's available balance."""
+    with session.begin_nested():
+        held = _load(session, reservation_id)
+        _resolve(session, held, ReservationState.RELEASED, resolved_at=now)
+        _post(
+            session,
+            kind=TransferKind.RELEASE,
+            reference=held.id,
+            memo=held.reference,
+            now=now,
+            legs=[
+                _Leg(held.account_id, AccountKind.RESERVED, -held.amount),
+                _Leg(held.account_id, AccountKind.AVAILABLE, held.amount),
+            ],
+        )
+
+
+def refund(session: Session, *, reservation_id: str, now: dt.datetime) -> None:
+    """Reverse both legs of a settled reservation: the full gross amount back to the caller."""
+    with session.begin_nested():
+        settled = _load(session, reservation_id)
+        changed = _set_state(
+            session,
+            settled.id,
+            expected=ReservationState.SETTLED,
+            values={"state": ReservationState.REFUNDED.value, "refunded_at": now},
+        )
+        if not changed:
+            state = _load(session, reservation_id).state
+            if state is ReservationState.REFUNDED:
+                raise ReservationAlreadyRefunded(f"reservation {reservation_id} is REFUNDED")
+            raise ReservationNotSettled(f"reservation {reservation_id} is {state.value}")
+
+        def blocked(balance: int, wanted: int) -> MercatoError:
+            return RefundBlocked(f"refund needs {wanted} points from an account holding {balance}")
+
+        assert settled.provider_account_id is not None
+        _post(
+            session,
+            kind=TransferKind.REFUND,
+            reference=settled.id,
+            memo=settled.reference,
+            now=now,
+            legs=[
+                _Leg(
+                    settled.provider_account_id,
+                    AccountKind.EARNINGS,
+                    -(settled.provider_amount or 0),
+                    on_short=blocked,
+                ),
+                _Leg(
+                    PLATFORM, AccountKind.REVENUE, -(settled.platform_amount or 0), on_short=blocked
+                ),
+                _Leg(settled.account_id, AccountKind.AVAILABLE, settled.amount),
+            ],
+        )
+
+
+def payout(
+    session: Session, *, account_id: str, amount: int, now: dt.datetime, memo: str = ""
+) -> str:
+    """Retire `amount` of a provider's earnings (paid out of the system) back into issuance."""
+    _check_amount(amount)
+    _check_memo(memo)
+
+    def short(balance: int, wanted: int) -> MercatoError:
+        return InsufficientPoints(f"{wanted} points needed, {balance} earned", available=balance)
+
+    with session.begin_nested():
+        return _post(
+            session,
+            kind=TransferKind.PAYOUT,
+            reference=None,
+            memo=memo,
+            now=now,
+            legs=[
+                _Leg(account_id, AccountKind.EARNINGS, -amount, on_short=short),
+                _Leg(PLATFORM, AccountKind.ISSUANCE, amount),
+            ],
+        )
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def balances(session: Session, *, account_id: str) -> Balances:
+    """Return the account's available, reserved and earned points."""
+    rows = session.execute(
+        select(LedgerAccount.kind, LedgerAccount.balance).where(LedgerAccount.owner == account_id)
+    ).all()
+    by_kind = {kind: balance for kind, balance in rows}
+    return Balances(
+        available=by_kind.get(AccountKind.AVAILABLE.value, 0),
+        reserved=by_kind.get(AccountKind.RESERVED.value, 0),
+        earnings=by_kind.get(AccountKind.EARNINGS.value, 0),
+    )
+
+
+def platform_balances(session: Session) -> dict[str, int]:
+    """Return the platform's `revenue` and `issuance` balances."""
+    rows = session.execute(
+        select(LedgerAccount.kind, LedgerAccount.balance).where(LedgerAccount.owner == PLATFORM)
+    ).all()
+    found = {kind: balance for kind, balance in rows}
+    return {
+        kind.value: found.get(kind.value, 0) for kind in (AccountKind.REVENUE, AccountKind.ISSUANCE)
+    }
+
+
+def get_reservation(session: Session, *, reservation_id: str) -> ReservationInfo:
+    """Return one reservation; raise ReservationNotFound."""
+    return _load(session, reservation_id)
+
+
+def find_reservation(session: Session, *, reference: str) -> ReservationInfo | None:
+    """Return the reservation made for `reference` (an invocation id), if any."""
+    row = session.execute(
+        select(Reservation)
+        .where(Reservation.reference == reference)
+        .execution_options(populate_existing=True)
+    ).scalar()
+    return _info(row) if row is not None else None
+
+
+def verify(session: Session) -> LedgerReport:
+    """Re-prove the ledger's invariants from its entries. Give it a snapshot-consistent session
+    (REPEATABLE READ on PostgreSQL) when writers may be running."""
+    return run_checks(session)
+
+
+# --- internals ----------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_amount(amount: object) -> None:
+    if not _is_int(amount) or not 0 < cast(int, amount) <= MAX_AMOUNT:
+        raise InvalidLedgerInput(f"amount must be an integer from 1 to {MAX_AMOUNT}")
+
+
+def _check_memo(memo: str) -> None:
+    if len(memo) > _MEMO_MAX:
+        raise InvalidLedgerInput(f"memo must be at most {_MEMO_MAX} characters")
+
+
+def _info(row: Reservation) -> ReservationInfo:
+    return ReservationInfo(
+        id=row.id,
+        account_id=row.account_id,
+        reference=row.reference,
+        amount=row.amount,
+        state=ReservationState(row.state),
+        provider_account_id=row.provider_account_id,
+        provider_amount=row.provider_amount,
+        platform_amount=row.platform_amount,
+        created_at=row.created_at,
+        resolved_at=row.resolved_at,
+        refunded_at=row.refunded_at,
+    )
+
+
+def _load(session: Session, reservation_id: str) -> ReservationInfo:
+    row = session.execute(
+        select(Reservation)
+        .where(Reservation.id == reservation_id)
+        .execution_options(populate_existing=True)
+    ).scalar()
+    if row is None:
+        raise ReservationNotFound(f"no reservation {reservation_id}")
+    return _info(row)
+
+
+def _set_state(
+    session: Session, reservation_id: str, *, expected: ReservationState, values: dict[str, Any]
+) -> bool:
+    """Move the reservation out of `expected`; false when it was not (or no longer) in it."""
+    result = session.execute(
+        update(_RESERVATIONS)
+        .where(Reservation.id == reservation_id, Reservation.state == expected.value)
+        .values(**values)
+    )
+    return cast(CursorResult[Any], result).rowcount == 1
+
+
+def _resolve(
+    session: Session, held: ReservationInfo, state: ReservationState, **values: Any
+) -> None:
+    if not _set_state(
+        session, held.id, expected=ReservationState.HELD, values={"state": state.value, **values}
+    ):
+        current = _load(session, held.id).state
+        raise ReservationAlreadyResolved(
+            f"reservation {held.id} is already {current.value}", state=current.value
+        )
+
+
+def _account_insert(session: Session) -> Callable[..., Insert]:
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return lambda table: postgresql.insert(table).on_conflict_do_nothing(
+            index_elements=["owner", "kind"]
+        )
+    if dialect == "sqlite":
+        return lambda table: sqlite.insert(table).on_conflict_do_nothing(
+            index_elements=["owner", "kind"]
+        )
+    raise NotImplementedError(dialect)
+
+
+def _ledger_account_id(session: Session, owner: str, kind: AccountKind) -> str:
+    """Get or create the (owner, kind) ledger account; safe when two transactions race."""
+    query = select(LedgerAccount.id).where(
+        LedgerAccount.owner == owner, LedgerAccount.kind == kind.value
+    )
+    found = session.execute(query).scalar()
+    if found is not None:
+        return found
+    insert = _account_insert(session)(_ACCOUNTS)
+    session.execute(insert.values(id=new_id("lac"), owner=owner, kind=kind.value, balance=0))
+    return session.execute(query).scalar_one()
+
+
+def _post(
+    session: Session,
+    *,
+    kind: TransferKind,
+    reference: str | None,
+    memo: str,
+    now: dt.datetime,
+    legs: Sequence[_Leg],
+) -> str:
+    """Post one transfer: lock its accounts in id order, move the balances, append entries."""
+    legs = [leg for leg in legs if leg.amount != 0]
+    if sum(leg.amount for leg in legs) != 0:
+        raise LedgerInvariantViolated(f"{kind.value} transfer does not balance")
+    # Create missing accounts in one global (owner, kind) order, so that two transfers
+    # inserting the same new accounts wait on each other instead of deadlocking.
+    id_of: dict[tuple[str, AccountKind], str] = {}
+    for key in sorted({(leg.owner, leg.kind) for leg in legs}, key=lambda k: (k[0], k[1].value)):
+        id_of[key] = _ledger_account_id(session, key[0], key[1])
+    ids = [id_of[(leg.owner, leg.kind)] for leg in legs]
+    locked = session.execute(
+        select(LedgerAccount.id, LedgerAccount.balance)
+        .where(LedgerAccount.id.in_(ids))
+        .order_by(LedgerAccount.id)
+        .with_for_update()
+    ).all()
+    balance_of: dict[str, int] = {row[0]: row[1] for row in locked}
+    for leg, account_id in sorted(zip(legs, ids, strict=True), key=lambda pair: pair[1]):
+        _move(session, leg, account_id, balance_of[account_id])
+    transfer_id = new_id("trf")
+    session.execute(
+        _TRANSFERS.insert().values(
+            id=transfer_id, kind=kind.value, reference=reference, memo=memo, created_at=now
+        )
+    )
+    session.execute(
+        _ENTRIES.insert(),
+        [
+            {
+                "id": new_id("ent"),
+                "transfer_id": transfer_id,
+                "ledger_account_id": account_id,
+                "amount": leg.amount,
+            }
+            for leg, account_id in zip(legs, ids, strict=True)
+        ],
+    )
+    return transfer_id
+
+
+def _move(session: Session, leg: _Leg, account_id: str, balance: int) -> None:
+    table = _ACCOUNTS
+    stmt = update(table).where(table.c.id == account_id)
+    guarded = leg.amount < 0 and leg.kind is not AccountKind.ISSUANCE
+    if guarded:
+        # The row count, not the balance read above, decides: correct under any isolation.
+        stmt = stmt.where(table.c.balance >= -leg.amount)
+    result = cast(
+        CursorResult[Any], session.execute(stmt.values(balance=table.c.balance + leg.amount))
+    )
+    if result.rowcount != 1:
+        factory = leg.on_short or _invariant_broken
+        raise factory(balance, -leg.amount)
+
+
+def _invariant_broken(balance: int, wanted: int) -> MercatoError:
+    return LedgerInvariantViolated(f"a debit of {wanted} found only {balance}")

@@ -1,0 +1,329 @@
+"""Provider connections: create, change (which lapses approval), approve, record check runs.
+
+Services never commit; the edge owns the transaction. The credential is Fernet-encrypted with a
+key derived from the secret key for this one purpose, and is only ever decrypted into a
+`DispatchTarget` for the outbound client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+from collections.abc import Sequence
+
+from cryptography.fernet import Fernet, InvalidToken
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mercato.core.ids import new_id
+from mercato.providers.addresses import check_base_url
+from mercato.providers.errors import (
+    ConformanceNotPassed,
+    ConnectionNameTaken,
+    ConnectionNotFound,
+    CredentialUnreadable,
+    InvalidConnection,
+    ProviderAddressForbidden,
+)
+from mercato.providers.models import ConformanceResult, ConformanceRun, ProviderConnection
+from mercato.providers.schemas import CheckVerdict, DispatchTarget, RunView
+from mercato.settings import Settings
+
+__all__ = [
+    "CheckVerdict",
+    "DispatchTarget",
+    "RunView",
+    "approve_connection",
+    "create_connection",
+    "get_connection",
+    "get_dispatch_target",
+    "is_approved",
+    "latest_run",
+    "list_runs",
+    "record_run",
+    "update_connection",
+]
+
+CHECK_COUNT = 9
+NAME_MAX = 100
+BASE_URL_MAX = 2048
+CREDENTIAL_MAX = 1024
+
+
+def _fernet(settings: Settings) -> Fernet:
+    return Fernet(settings.fernet_key("provider-credential"))
+
+
+def _encrypt(settings: Settings, credential: str) -> str:
+    return _fernet(settings).encrypt(credential.encode("ascii")).decode("ascii")
+
+
+def _decrypt(settings: Settings, ciphertext: str) -> str:
+    try:
+        return _fernet(settings).decrypt(ciphertext.encode("ascii")).decode("ascii")
+    except InvalidToken as exc:
+        raise CredentialUnreadable() from exc
+
+
+def _clean_name(name: str) -> str:
+    name = name.strip()
+    if not 1 <= len(name) <= NAME_MAX or not name.isprintable():
+        raise InvalidConnection(f"name must be 1-{NAME_MAX} printable characters")
+    return name
+
+
+def _clean_base_url(base_url: str, settings: Settings) -> str:
+    base_url = base_url.strip().rstrip("/")
+    if len(base_url) > BASE_URL_MAX:
+        raise InvalidConnection(f"base URL must be at most {BASE_URL_MAX} characters")
+    reason = check_base_url(base_url, allow_private=settings.private_addresses_allowed)
+    if reason is None:
+        return base_url
+    if reason in {"malformed", "scheme", "no_host", "userinfo", "query_or_fragment", "port"}:
+        raise InvalidConnection(f"base URL is not acceptable ({reason})")
+    raise ProviderAddressForbidden(f"base URL points at a non-public address ({reason})")
+
+
+def _check_credential(credential: str) -> str:
+    # Visible ASCII only: it travels in an HTTP header, and a space or CR/LF there is an injection.
+    if not 1 <= len(credential) <= CREDENTIAL_MAX or not all(
+        "!" <= char <= "~" for char in credential
+    ):
+        raise InvalidConnection(
+            f"credential must be 1-{CREDENTIAL_MAX} visible ASCII characters without spaces"
+        )
+    return credential
+
+
+def _ensure_name_free(session: Session, *, owner_id: str, name: str, exclude: str | None) -> None:
+    query = select(ProviderConnection.id).where(
+        ProviderConnection.owner_id == owner_id, ProviderConnection.name == name
+    )
+    if exclude is not None:
+        query = query.where(ProviderConnection.id != exclude)
+    if session.scalar(query) is not None:
+        raise ConnectionNameTaken()
+
+
+def create_connection(
+    session: Session,
+    *,
+    owner_id: str,
+    name: str,
+    base_url: str,
+    credential: str,
+    settings: Settings,
+    now: dt.datetime,
+) -> ProviderConnection:
+    """Submit a connection at revision 1, not approved; the credential is stored encrypted."""
+    name = _clean_name(name)
+    base_url = _clean_base_url(base_url, settings)
+    _check_credential(credential)
+    _ensure_name_free(session, owner_id=owner_id, name=name, exclude=None)
+    connection = ProviderConnection(
+        id=new_id("pcon"),
+        owner_id=owner_id,
+        name=name,
+        base_url=base_url,
+        credential_ciphertext=_encrypt(settings, credential),
+        revision=1,
+        approved_revision=None,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(connection)
+    session.flush()
+    return connection
+
+
+def get_connection(session: Session, *, connection_id: str) -> ProviderConnection:
+    connection = session.get(ProviderConnection, connection_id)
+    if connection is None:
+        raise ConnectionNotFound()
+    return connection
+
+
+def _lock_connection(session: Session, *, connection_id: str) -> ProviderConnection:
+    connection = session.scalar(
+        select(ProviderConnection).where(ProviderConnection.id == connection_id).with_for_update()
+    )
+    if connection is None:
+        raise ConnectionNotFound()
+    return connection
+
+
+def update_connection(
+    session: Session,
+    *,
+    connection_id: str,
+    settings: Settings,
+    now: dt.datetime,
+    name: str | None = None,
+    base_url: str | None = None,
+    credential: str | None = None,
+) -> ProviderConnection:
+    """Change name, URL and/or credential; any real change bumps the revision.
+
+    A new revision has no check results and no approval, so calls through the connection are
+    refused until a new run passes and staff approve again.
+    """
+    connection = _lock_connection(session, connection_id=connection_id)
+    changed = False
+    if name is not None:
+        name = _clean_name(name)
+        if name != connection.name:
+            _ensure_name_free(
+                session, owner_id=connection.owner_id, name=name, exclude=connection.id
+            )
+            connection.name = name
+            changed = True
+    if base_url is not None:
+        base_url = _clean_base_url(base_url, settings)
+        if base_url != connection.base_url:
+            connection.base_url = base_url
+            changed = True
+    if credential is not None:
+        _check_credential(credential)
+        current = _decrypt(settings, connection.credential_ciphertext)
+        if not hmac.compare_digest(current.encode(), credential.encode()):
+            connection.credential_ciphertext = _encrypt(settings, credential)
+            changed = True
+    if changed:
+        connection.revision += 1
+        connection.updated_at = now
+    session.flush()
+    return connection
+
+
+def get_dispatch_target(
+    session: Session, *, connection_id: str, settings: Settings
+) -> DispatchTarget:
+    """Return where and how to call the connection, with the credential decrypted."""
+    connection = get_connection(session, connection_id=connection_id)
+    return DispatchTarget(
+        connection_id=connection.id,
+        base_url=connection.base_url,
+        credential=_decrypt(settings, connection.credential_ciphertext),
+        approved=connection.approved,
+        revision=connection.revision,
+    )
+
+
+def is_approved(session: Session, *, connection_id: str) -> bool:
+    """Return whether the connection's current revision is approved (unknown id: False)."""
+    connection = session.get(ProviderConnection, connection_id)
+    return connection is not None and connection.approved
+
+
+def record_run(
+    session: Session,
+    *,
+    connection_id: str,
+    connection_revision: int,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    checks: Sequence[CheckVerdict],
+) -> RunView:
+    """Store one run; it passed only with nine verdicts, all `passed`, in order 1..9."""
+    get_connection(session, connection_id=connection_id)
+    positions = [check.position for check in checks]
+    if positions != list(range(1, len(checks) + 1)):
+        raise ValueError("checks must be in order, numbered from 1")
+    passed = len(checks) == CHECK_COUNT and all(c.status == "passed" for c in checks)
+    run = ConformanceRun(
+        id=new_id("crun"),
+        connection_id=connection_id,
+        connection_revision=connection_revision,
+        started_at=started_at,
+        finished_at=finished_at,
+        passed=passed,
+    )
+    session.add(run)
+    session.flush()
+    for check in checks:
+        session.add(
+            ConformanceResult(
+                run_id=run.id,
+                position=check.position,
+                name=check.name,
+                status=check.status,
+                detail=check.detail,
+            )
+        )
+    session.flush()
+    return _view(run, list(checks))
+
+
+def _view(run: ConformanceRun, checks: list[CheckVerdict]) -> RunView:
+    return RunView(
+        run_id=run.id,
+        connection_id=run.connection_id,
+        connection_revision=run.connection_revision,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        passed=run.passed,
+        checks=checks,
+    )
+
+
+def _load_checks(session: Session, run_id: str) -> list[CheckVerdict]:
+    rows = session.scalars(
+        select(ConformanceResult)
+        .where(ConformanceResult.run_id == run_id)
+        .order_by(ConformanceResult.position)
+    )
+    return [
+        CheckVerdict(
+            position=row.position,
+            name=row.name,
+            status=row.status,  # type: ignore[arg-type]
+            detail=dict(row.detail),
+        )
+        for row in rows
+    ]
+
+
+def latest_run(
+    session: Session, *, connection_id: str, revision: int | None = None
+) -> RunView | None:
+    """Return the most recent run (optionally only among runs on `revision`), or None."""
+    query = select(ConformanceRun).where(ConformanceRun.connection_id == connection_id)
+    if revision is not None:
+        query = query.where(ConformanceRun.connection_revision == revision)
+    run = session.scalar(
+        query.order_by(ConformanceRun.finished_at.desc(), ConformanceRun.id.desc()).limit(1)
+    )
+    if run is None:
+        return None
+    return _view(run, _load_checks(session, run.id))
+
+
+def list_runs(session: Session, *, connection_id: str, limit: int = 50) -> list[RunView]:
+    """Return the connection's runs, newest first (history is kept for every revision)."""
+    get_connection(session, connection_id=connection_id)
+    runs = session.scalars(
+        select(ConformanceRun)
+        .where(ConformanceRun.connection_id == connection_id)
+        .order_by(ConformanceRun.finished_at.desc(), ConformanceRun.id.desc())
+        .limit(limit)
+    )
+    return [_view(run, _load_checks(session, run.id)) for run in runs]
+
+
+def approve_connection(
+    session: Session, *, connection_id: str, now: dt.datetime, approved_by: str | None = None
+) -> ProviderConnection:
+    """Approve the current revision; refused unless its latest run passed all nine checks."""
+    connection = _lock_connection(session, connection_id=connection_id)
+    run = latest_run(session, connection_id=connection_id, revision=connection.revision)
+    if run is None or not run.passed:
+        raise ConformanceNotPassed(
+            "the latest conformance run on the current connection did not pass all nine checks"
+            if run is not None
+            else "no conformance run on the current connection yet"
+        )
+    connection.approved_revision = connection.revision
+    connection.approved_at = now
+    connection.approved_by = approved_by
+    session.flush()
+    return connection

@@ -1,0 +1,153 @@
+"""Fixed-window call quotas per account and policy (DESIGN.md §4, spec 2.6, 2.7, 8).
+
+A slot is taken only inside the acceptance transaction of a new call intent, by a conditional
+UPDATE whose row count decides: concurrent callers on PostgreSQL queue on the row lock and
+re-check the condition; SQLite serialises writers with BEGIN IMMEDIATE.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, case, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
+from mercato.quotas.models import QuotaOverride, QuotaWindow
+from mercato.quotas.schemas import Policy, QuotaStatus
+
+_windows = cast(Table, QuotaWindow.__table__)
+_POLICY_MAX = 64
+
+
+def default_policy(settings: Any) -> Policy:
+    """The policy of accounts without an override (from settings)."""
+    return Policy(
+        name=settings.default_quota_policy,
+        limit=settings.default_quota_limit,
+        window_seconds=settings.default_quota_window_seconds,
+    )
+
+
+def policy_for(session: Session, *, account_id: str, default: Policy) -> Policy:
+    """Return the account's own policy, else `default`."""
+    row = session.execute(
+        select(QuotaOverride.policy, QuotaOverride.limit, QuotaOverride.window_seconds).where(
+            QuotaOverride.account_id == account_id
+        )
+    ).first()
+    if row is None:
+        return default
+    return Policy(name=row[0], limit=row[1], window_seconds=row[2])
+
+
+def set_quota(
+    session: Session,
+    *,
+    account_id: str,
+    policy: str,
+    limit: int,
+    window_seconds: int,
+    now: dt.datetime,
+) -> Policy:
+    """Give the account its own policy (replacing any earlier one)."""
+    if not policy or len(policy) > _POLICY_MAX or not policy.isprintable() or '"' in policy:
+        raise InvalidQuota(f"policy must be 1-{_POLICY_MAX} printable characters without quotes")
+    if limit < 1 or window_seconds < 1:
+        raise InvalidQuota("limit and window must be at least 1")
+    row = session.get(QuotaOverride, account_id)
+    if row is None:
+        row = QuotaOverride(account_id=account_id)
+        session.add(row)
+    row.policy, row.limit, row.window_seconds, row.updated_at = policy, limit, window_seconds, now
+    session.flush()
+    return Policy(name=policy, limit=limit, window_seconds=window_seconds)
+
+
+def _window_start(policy: Policy, now: dt.datetime) -> int:
+    epoch = int(now.timestamp())
+    return epoch - epoch % policy.window_seconds
+
+
+def _status(policy: Policy, start: int, accepted: int, now: dt.datetime) -> QuotaStatus:
+    reset = dt.datetime.fromtimestamp(start + policy.window_seconds, dt.UTC)
+    return QuotaStatus(policy.name, policy.limit, policy.window_seconds, accepted, reset, now)
+
+
+def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetime) -> QuotaStatus:
+    """Read the account's current window without taking anything."""
+    start = _window_start(policy, now)
+    row = session.execute(
+        select(QuotaWindow.window_start, QuotaWindow.accepted).where(
+            QuotaWindow.account_id == account_id, QuotaWindow.policy == policy.name
+        )
+    ).first()
+    accepted = row[1] if row is not None and row[0] == start else 0
+    return _status(policy, start, accepted, now)
+
+
+def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> int | None:
+    stmt = (
+        update(_windows)
+        .where(
+            _windows.c.account_id == account_id,
+            _windows.c.policy == policy.name,
+            or_(
+                _windows.c.window_start != start,
+                and_(_windows.c.window_start == start, _windows.c.accepted < policy.limit),
+            ),
+        )
+        .values(
+            accepted=case((_windows.c.window_start == start, _windows.c.accepted + 1), else_=1),
+            window_start=start,
+        )
+        .returning(_windows.c.accepted)
+    )
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def _insert_first(session: Session, account_id: str, policy: Policy, start: int) -> bool:
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = (
+        insert(_windows)
+        .values(account_id=account_id, policy=policy.name, window_start=start, accepted=1)
+        .on_conflict_do_nothing()
+        .returning(_windows.c.accepted)
+    )
+    # RETURNING yields a row only when this statement inserted it (rowcount is not portable).
+    return session.execute(stmt).first() is not None
+
+
+def take_slot(
+    session: Session, *, account_id: str, policy: Policy, now: dt.datetime
+) -> QuotaStatus:
+    """Consume one slot of the current window or raise RateLimitExceeded (nothing taken)."""
+    start = _window_start(policy, now)
+    accepted = _try_take(session, account_id, policy, start)
+    if accepted is None and _insert_first(session, account_id, policy, start):
+        accepted = 1
+    if accepted is None:
+        # Lost the first-insert race: the row now exists, so the conditional update decides.
+        accepted = _try_take(session, account_id, policy, start)
+    if accepted is None:
+        raise rate_limit_error(_status(policy, start, policy.limit, now))
+    return _status(policy, start, accepted, now)
+
+
+def rate_limit_error(current: QuotaStatus) -> RateLimitExceeded:
+    """The spec 2.7 error for an exhausted window, with Retry-After and RateLimit headers."""
+    retry_after = current.reset_seconds
+    error = RateLimitExceeded(
+        f"The {current.policy} policy allows {current.limit} calls per "
+        f"{current.window_seconds} seconds; retry after {retry_after} seconds.",
+        retry_after=retry_after,
+        policy=current.policy,
+        limit=current.limit,
+        windowSeconds=current.window_seconds,
+        retryAfter=retry_after,
+    )
+    error.headers.update(current.headers())
+    return error

@@ -1,0 +1,84 @@
+"""One typed settings object, read from `MERCATO_*` variables and validated at start."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DEV_SECRET = "mercato-dev-secret-not-for-production"
+
+
+class SettingsError(ValueError):
+    """The configuration cannot be used; the process must not start."""
+
+
+class Settings(BaseSettings):
+    """Mercato's configuration. Secrets fail closed outside `MERCATO_ENV=dev`."""
+
+    model_config = SettingsConfigDict(env_prefix="MERCATO_", extra="ignore")
+
+    env: Literal["production", "dev"] = "production"
+    data_dir: Path = Path("./var")
+    database_url: str = ""
+    secret_key: SecretStr | None = None
+    allow_private_provider_addresses: bool | None = None
+    blob_store: Literal["local", "database"] = "local"
+
+    access_token_ttl_seconds: int = Field(default=900, ge=30)
+    refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    login_attempts_per_window: int = Field(default=10, ge=1)
+    login_window_seconds: int = Field(default=300, ge=1)
+
+    default_quota_policy: str = "standard"
+    default_quota_limit: int = Field(default=60, ge=1)
+    default_quota_window_seconds: int = Field(default=60, ge=1)
+
+    provider_timeout_seconds: float = Field(default=10.0, gt=0)
+    redispatch_attempts: int = Field(default=3, ge=1)
+    idempotency_lease_seconds: int = Field(default=30, ge=1)
+
+    @model_validator(mode="after")
+    def _fail_closed(self) -> Settings:
+        if self.secret_key is None:
+            if self.env != "dev":
+                raise SettingsError("MERCATO_SECRET_KEY is required unless MERCATO_ENV=dev")
+            self.secret_key = SecretStr(_DEV_SECRET)
+        elif self.env != "dev" and len(self.secret_key.get_secret_value()) < 32:
+            raise SettingsError("MERCATO_SECRET_KEY must be at least 32 characters")
+        if self.allow_private_provider_addresses is None:
+            self.allow_private_provider_addresses = self.env == "dev"
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL: the configured one, else SQLite under the data dir."""
+        url = self.database_url or f"sqlite:///{(self.data_dir / 'mercato.db').resolve()}"
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        elif url.startswith("postgres://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgres://")
+        return url
+
+    @property
+    def private_addresses_allowed(self) -> bool:
+        return bool(self.allow_private_provider_addresses)
+
+    def derived_key(self, purpose: str) -> bytes:
+        """Derive a 32-byte key for one purpose from the secret key (domain separation)."""
+        assert self.secret_key is not None
+        material = self.secret_key.get_secret_value().encode()
+        return hashlib.sha256(b"mercato:" + purpose.encode() + b":" + material).digest()
+
+    def fernet_key(self, purpose: str) -> bytes:
+        """Return a Fernet key (urlsafe base64) derived for `purpose`."""
+        return base64.urlsafe_b64encode(self.derived_key(purpose))
+
+
+def load_settings() -> Settings:
+    """Read and validate the settings from the environment."""
+    return Settings()

@@ -1,0 +1,84 @@
+"""Deliberate bugs the simulation must catch (`--inject-bug NAME`); test-only, off by default.
+
+Each is installed for one run by wrapping a platform function at run time (the production
+modules carry no switch) and removed afterwards:
+
+- `resend-after-unknown`: an unknown outcome is parked for redispatch instead of reconciliation.
+- `double-settle`: settling a reservation posts its settle transfer a second time.
+- `quota-on-replay`: a replay of a known key takes a quota slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mercato.db.runtime import Runtime
+from mercato.simulation.world import Patcher
+
+BUGS = ("resend-after-unknown", "double-settle", "quota-on-replay")
+
+
+def inject(name: str, patcher: Patcher, runtime: Runtime) -> None:
+    """Install bug `name` through `patcher` (undone with the run's other seams)."""
+    if name == "resend-after-unknown":
+        _resend_after_unknown(patcher)
+    elif name == "double-settle":
+        _double_settle(patcher)
+    elif name == "quota-on-replay":
+        _quota_on_replay(patcher, runtime)
+    else:
+        raise ValueError(f"unknown bug {name!r}; choose from {', '.join(BUGS)}")
+
+
+def _resend_after_unknown(patcher: Patcher) -> None:
+    from mercato.invocations import flows
+    from mercato.invocations.schemas import State
+    from mercato.protocol import Outcome
+
+    conclude = flows.conclude
+
+    def buggy(runtime: Runtime, job: Any, owner: str, classified: Any) -> Any:
+        if classified.outcome is Outcome.UNKNOWN_OUTCOME:
+            return flows._park(runtime, job, owner, State.RETRY_WAIT, job.sends, "bug: resend")
+        return conclude(runtime, job, owner, classified)
+
+    patcher.set(flows, "conclude", buggy)
+
+
+def _double_settle(patcher: Patcher) -> None:
+    from mercato.ledger import service as ledger
+
+    settle = ledger.settle
+    resolve = ledger._resolve
+
+    def buggy(session: Any, **kwargs: Any) -> None:
+        settle(session, **kwargs)
+        ledger._resolve = lambda *_a, **_k: None  # the once-only guard forgotten
+        try:
+            settle(session, **kwargs)
+        finally:
+            ledger._resolve = resolve
+
+    patcher.set(ledger, "settle", buggy)
+
+
+def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
+    from mercato.invocations import flows
+    from mercato.quotas import service as quotas
+
+    invoke = flows.invoke
+
+    def buggy(rt: Runtime, client: Any, request: Any) -> Any:
+        result = invoke(rt, client, request)
+        if result.replay:
+            with runtime.db.transaction() as session:
+                policy = quotas.policy_for(
+                    session,
+                    account_id=request.account_id,
+                    default=quotas.default_policy(runtime.settings),
+                )
+                now = runtime.clock.now()
+                quotas.take_slot(session, account_id=request.account_id, policy=policy, now=now)
+        return result
+
+    patcher.set(flows, "invoke", buggy)

@@ -1,0 +1,291 @@
+"""The simulated world: a fresh database, callers, a published provider, the app, the seams.
+
+Everything the platform would take from the outside world is replaced by something the seed
+controls: the clock (`FakeClock` in the runtime), the provider (an httpx transport), the random
+jitter and ids (seeded), the sleeps (they advance the fake clock) and the crash points (they raise
+`SimulatedCrash` instead of killing the process). Nothing here changes what the platform does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from mercato.accounts import service as accounts
+from mercato.catalog import service as catalog
+from mercato.catalog.schemas import ConnectionFacts
+from mercato.core.clock import FakeClock
+from mercato.db.runtime import Runtime
+from mercato.dispatch.client import ProviderClient
+from mercato.ledger import service as ledger
+from mercato.providers import service as providers
+from mercato.providers.schemas import CheckVerdict
+from mercato.quotas import service as quotas
+from mercato.settings import Settings
+from mercato.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
+from mercato.simulation.trace import Recorder
+from mercato.web.app import create_app
+
+SERVICE = "sim.echo"
+CREDENTIAL = "simulated-connection-credential-0123456789"
+START = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+CONTRACT: dict[str, Any] = {
+    "adapterRef": "vetted.http-json/v1",
+    "installationConfigSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+    "presentationContractRef": "",
+    "presentationContractDigest": "",
+    "providerOutcomes": [
+        "SUCCEEDED",
+        "DEFINED_FAILURE",
+        "RETRYABLE_BEFORE_ACCEPT",
+        "UNKNOWN_OUTCOME",
+    ],
+    "requestMaxBytes": 512,
+    "requestSchema": {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+    },
+    "requestShape": {"n": "integer"},
+    "responseMaxBytes": RESPONSE_MAX_BYTES,
+    "resultSchema": {"type": "object", "required": ["echo"]},
+}
+VERSIONS: tuple[tuple[str, int, int], ...] = (("v1", 10, 7000), ("v2", 7, 3333))
+"""(label, price, provider share in basis points): two prices, one with a rounding remainder."""
+
+# (points granted, quota limit, quota window seconds); None = the default policy.
+CALLERS: tuple[tuple[int, tuple[int, int] | None], ...] = (
+    (400, (4, 60)),
+    (300, (6, 30)),
+    (600, None),
+    (40, (2, 10)),
+)
+
+
+class SimulatedCrash(Exception):
+    """The platform process 'died' at a fail-point: nothing after it in that process runs."""
+
+
+@dataclass
+class Caller:
+    name: str
+    account_id: str
+    api_key: str
+    granted: int
+
+
+@dataclass
+class World:
+    runtime: Runtime
+    clock: FakeClock
+    http: TestClient
+    provider: SimProvider
+    provider_client: ProviderClient
+    provider_account_id: str
+    callers: list[Caller]
+    issued: int
+
+    def close(self) -> None:
+        self.http.__exit__(None, None, None)
+        self.provider_client.close()
+        self.runtime.db.dispose()
+
+
+def build_world(
+    database_url: str, data_dir: Path, clock: FakeClock, recorder: Recorder, rng: random.Random
+) -> World:
+    """Set up callers, a provider account, an approved connection and two published versions."""
+    settings = Settings(
+        env="dev",
+        data_dir=data_dir,
+        database_url=database_url,
+        provider_timeout_seconds=1.0,
+        redispatch_attempts=3,
+        idempotency_lease_seconds=30,
+        default_quota_limit=60,
+        default_quota_window_seconds=60,
+    )
+    runtime = Runtime.from_settings(settings, clock=clock)
+    provider = SimProvider(rng=rng, recorder=recorder, max_sends=1 + settings.redispatch_attempts)
+    now = clock.now()
+    callers: list[Caller] = []
+    with runtime.db.transaction() as session:
+        owner = accounts.create_account(
+            session, email="provider@sim.example", password=None, is_staff=False, now=now
+        )
+        connection = providers.create_connection(
+            session,
+            owner_id=owner.id,
+            name="sim-echo",
+            base_url="http://127.0.0.1:9",
+            credential=CREDENTIAL,
+            settings=settings,
+            now=now,
+        )
+        checks = [CheckVerdict(i, f"check-{i}", "passed", {}) for i in range(1, 10)]
+        providers.record_run(
+            session,
+            connection_id=connection.id,
+            connection_revision=connection.revision,
+            started_at=now,
+            finished_at=now,
+            checks=checks,
+        )
+        providers.approve_connection(session, connection_id=connection.id, now=now)
+        facts = ConnectionFacts(connection_id=connection.id, owner_id=owner.id, approved=True)
+        for label, price, share in VERSIONS:
+            catalog.publish(
+                session,
+                service_code=SERVICE,
+                display_name="Simulated echo",
+                version=label,
+                connection=facts,
+                price=price,
+                contract=CONTRACT,
+                description="The fault simulation's service.",
+                provider_share_bps=share,
+                now=now,
+            )
+        for index, (points, quota) in enumerate(CALLERS):
+            account = accounts.create_account(
+                session, email=f"caller{index}@sim.example", password=None, is_staff=False, now=now
+            )
+            key = accounts.create_api_key(session, account_id=account.id, name="sim", now=now)
+            ledger.grant(session, account_id=account.id, amount=points, now=now, memo="sim")
+            if quota is not None:
+                quotas.set_quota(
+                    session,
+                    account_id=account.id,
+                    policy=f"sim-{index}",
+                    limit=quota[0],
+                    window_seconds=quota[1],
+                    now=now,
+                )
+            callers.append(Caller(f"c{index}", account.id, key.api_key, points))
+        provider_account_id = owner.id
+    client = ProviderClient(settings, transport=provider.transport())
+    app = create_app(runtime)
+    app.state.provider_client = client
+    http = TestClient(app, raise_server_exceptions=True)
+    http.__enter__()  # one event loop for the whole run, not one per request
+    issued = sum(c.granted for c in callers)
+    return World(runtime, clock, http, provider, client, provider_account_id, callers, issued)
+
+
+# --- the seams the seed controls ----------------------------------------------------------
+
+
+class _SimTime:
+    """Stands in for the `time` module inside the engine: sleeping advances the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.advance(seconds)
+
+    def monotonic(self) -> float:
+        return self._clock.now().timestamp()
+
+
+class _IdTime:
+    """Id timestamps from the fake clock, strictly increasing."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._last = 0
+
+    def time_ns(self) -> int:
+        self._last = max(int(self._clock.now().timestamp() * 1e9), self._last + 1_000_000)
+        return self._last
+
+
+class _IdBits:
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def randbits(self, bits: int) -> int:
+        return self._rng.getrandbits(bits)
+
+
+@dataclass
+class Patcher:
+    """Set attributes for the length of a run and put every original back afterwards."""
+
+    saved: list[tuple[Any, str, Any]] = field(default_factory=list)
+
+    def set(self, target: Any, name: str, value: Any) -> None:
+        self.saved.append((target, name, getattr(target, name)))
+        setattr(target, name, value)
+
+    def undo(self) -> None:
+        while self.saved:
+            target, name, value = self.saved.pop()
+            setattr(target, name, value)
+
+
+@dataclass
+class Crasher:
+    """Arms fail-points; the next `hit` of an armed point raises SimulatedCrash."""
+
+    recorder: Recorder
+    armed: set[str] = field(default_factory=set)
+
+    def hit(self, point: str) -> None:
+        if point in self.armed:
+            self.armed.discard(point)
+            self.recorder.note(f"crash: platform process killed at {point}")
+            raise SimulatedCrash(point)
+
+
+class _Captured(logging.Handler):
+    """Collect exceptions the platform logged (worker steps, unexpected web errors)."""
+
+    def __init__(self, sink: Callable[[BaseException], None]) -> None:
+        super().__init__(logging.ERROR)
+        self._sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self._sink(record.exc_info[1])
+
+
+@contextmanager
+def seams(
+    patcher: Patcher,
+    clock: FakeClock,
+    crasher: Crasher,
+    *,
+    seed: int,
+    on_logged_error: Callable[[BaseException], None],
+) -> Iterator[None]:
+    """Install the deterministic seams for one run; restore everything afterwards."""
+    from mercato.core import ids
+    from mercato.invocations import failpoints, flows
+
+    patcher.set(flows, "time", _SimTime(clock))
+    patcher.set(flows, "random", random.Random(seed * 7919 + 1))
+    patcher.set(ids, "time", _IdTime(clock))
+    patcher.set(ids, "secrets", _IdBits(random.Random(seed * 104729 + 2)))
+    patcher.set(failpoints, "hit", crasher.hit)
+    handler = _Captured(on_logged_error)
+    loggers = [logging.getLogger(name) for name in ("mercato.worker", "mercato.web")]
+    saved = [(lg, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.propagate = False
+    try:
+        yield
+    finally:
+        for lg, propagate in saved:
+            lg.removeHandler(handler)
+            lg.propagate = propagate
+        patcher.undo()

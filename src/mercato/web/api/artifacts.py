@@ -1,0 +1,78 @@
+"""`GET /v1/invocations/{invocationId}/artifacts/{artifactId}`: the whole, re-verified object."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from mercato.accounts.schemas import Principal
+from mercato.artifacts import service as artifacts
+from mercato.artifacts.errors import (
+    ArtifactCorrupted,
+    ArtifactNotReady,
+    InvocationNotSettled,
+    RangeNotSupported,
+)
+from mercato.artifacts.flows import read_verified
+from mercato.artifacts.store import open_blob_store
+from mercato.invocations import service as invocations
+from mercato.web.deps import current_principal, runtime_of
+
+router = APIRouter()
+
+MAX_RETRY_AFTER_SECONDS = 300
+
+
+@router.get("/v1/invocations/{invocation_id}/artifacts/{artifact_id}")
+def download_artifact(
+    invocation_id: str,
+    artifact_id: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(current_principal)],
+) -> Response:
+    """Serve an artifact of the caller's settled call, after re-checking its digest."""
+    if "range" in request.headers:
+        raise RangeNotSupported()
+    runtime = runtime_of(request)
+    with runtime.db.read() as session:
+        call = invocations.get_invocation_for_owner(
+            session, account_id=principal.account_id, invocation_id=invocation_id
+        )
+        if call.settlement != "SETTLED":
+            # REFUNDED included: see docs/decisions/0081-refunded-calls-serve-no-artifacts.md.
+            raise InvocationNotSettled(
+                "Artifacts are available once the call is settled, and not after a refund.",
+                settlement=call.settlement,
+            )
+        artifact = artifacts.get_artifact(
+            session, invocation_id=invocation_id, artifact_id=artifact_id
+        )
+    now = runtime.clock.now()
+    if not artifact.ingested:
+        due = artifact.next_attempt_at or now
+        wait = math.ceil((due - now).total_seconds())
+        raise ArtifactNotReady(
+            "The platform is still fetching this artifact from the provider.",
+            retry_after=min(MAX_RETRY_AFTER_SECONDS, max(1, wait)),
+        )
+    try:
+        data = read_verified(open_blob_store(runtime), artifact)
+    except ArtifactCorrupted:
+        with runtime.db.transaction() as session:
+            artifacts.mark_corrupted(session, digest=artifact.entry.digest, now=now)
+        raise
+    entry = artifact.entry
+    return Response(
+        content=data,
+        headers={
+            "Content-Type": entry.media_type,
+            "ETag": f'"{entry.digest}"',
+            "Accept-Ranges": "none",
+            "Cache-Control": "private",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        },
+    )

@@ -1,0 +1,157 @@
+"""Catalog endpoints (spec 4.1): listings, exact versions, contracts, and the old paths."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import JSONResponse, Response
+
+from mercato.catalog import service
+from mercato.catalog.errors import InvalidCursor, InvalidServiceCode
+from mercato.catalog.schemas import (
+    ContractDocument,
+    ListingDocument,
+    ListingPage,
+    ListingSummary,
+    VersionDocument,
+)
+from mercato.core.canonical import digest_of
+from mercato.core.errors import MercatoError
+from mercato.web.deps import runtime_of
+
+router = APIRouter(tags=["catalog"])
+
+IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
+LISTINGS = "/v1/catalog/listings"
+SERVICES = "/v1/catalog/services"
+
+Limit = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str | None, Query(max_length=200)]
+
+
+def _listings_page(request: Request, limit: int, cursor: str | None) -> Response:
+    after = _decode_cursor(cursor) if cursor else None
+    with runtime_of(request).db.read() as session:
+        rows, more = service.public_listings(session, limit=limit, after=after)
+        items = [ListingSummary.of(listing, versions) for listing, versions in rows]
+    next_cursor = _encode_cursor(items[-1].service_code) if more and items else None
+    return JSONResponse(ListingPage(items=items, next_cursor=next_cursor).body())
+
+
+def _listing(request: Request, service_code: str) -> Response:
+    with runtime_of(request).db.read() as session:
+        listing, versions = service.public_listing(session, service_code=service_code)
+        document = ListingDocument.of(listing, versions)
+    return JSONResponse(document.body())
+
+
+def _version(request: Request, service_code: str, version: str) -> Response:
+    with runtime_of(request).db.read() as session:
+        row = service.public_version(session, service_code=service_code, version=version)
+        body = VersionDocument.of(row).body()
+    return _immutable(request, body, etag=digest_of(body))
+
+
+def _contract(request: Request, service_code: str, version: str) -> Response:
+    with runtime_of(request).db.read() as session:
+        row = service.public_version(session, service_code=service_code, version=version)
+        document = ContractDocument.of(row)
+    return _immutable(request, document.body(), etag=document.contract_digest)
+
+
+def _immutable(request: Request, body: dict[str, Any], *, etag: str) -> Response:
+    """Answer a frozen document with a strong validator, long caching and 304s."""
+    tag = f'"{etag}"'
+    headers = {"ETag": tag, "Cache-Control": IMMUTABLE_CACHE}
+    if _matches(request.headers.get("if-none-match"), tag):
+        return Response(status_code=304, headers=headers)
+    return JSONResponse(body, headers=headers)
+
+
+def _matches(if_none_match: str | None, tag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = [c.strip() for c in if_none_match.split(",")]
+    return any(c == "*" or c.removeprefix("W/") == tag for c in candidates)
+
+
+def _encode_cursor(service_code: str) -> str:
+    return base64.urlsafe_b64encode(service_code.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = base64.urlsafe_b64decode(padded.encode("ascii")).decode()
+        return service.check_service_code(value)
+    except (ValueError, binascii.Error, UnicodeError, InvalidServiceCode) as exc:
+        raise InvalidCursor("The cursor is not one this API gave out.") from exc
+
+
+# --- the listing paths ------------------------------------------------------------------
+
+
+@router.get(LISTINGS)
+def list_listings(request: Request, limit: Limit = 20, cursor: Cursor = None) -> Response:
+    return _listings_page(request, limit, cursor)
+
+
+@router.get(LISTINGS + "/{service_code}")
+def get_listing(request: Request, service_code: str) -> Response:
+    return _listing(request, service_code)
+
+
+@router.get(LISTINGS + "/{service_code}/versions/{version}")
+def get_version(request: Request, service_code: str, version: str) -> Response:
+    return _version(request, service_code, version)
+
+
+@router.get(LISTINGS + "/{service_code}/versions/{version}/contract")
+def get_contract(request: Request, service_code: str, version: str) -> Response:
+    return _contract(request, service_code, version)
+
+
+# --- compatibility paths: same answers, marked deprecated, pointing at their successor ---
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _deprecated(successor: str, answer: Callable[[], Response]) -> Response:
+    headers = {"Deprecation": "true", "Link": f'<{successor}>; rel="successor-version"'}
+    try:
+        response = answer()
+    except MercatoError as error:
+        error.headers.update(headers)
+        raise
+    response.headers.update(headers)
+    return response
+
+
+@router.get(SERVICES, deprecated=True)
+def list_services(request: Request, limit: Limit = 20, cursor: Cursor = None) -> Response:
+    return _deprecated(LISTINGS, lambda: _listings_page(request, limit, cursor))
+
+
+@router.get(SERVICES + "/{service_code}", deprecated=True)
+def get_service(request: Request, service_code: str) -> Response:
+    successor = f"{LISTINGS}/{_seg(service_code)}"
+    return _deprecated(successor, lambda: _listing(request, service_code))
+
+
+@router.get(SERVICES + "/{service_code}/versions/{version}", deprecated=True)
+def get_service_version(request: Request, service_code: str, version: str) -> Response:
+    successor = f"{LISTINGS}/{_seg(service_code)}/versions/{_seg(version)}"
+    return _deprecated(successor, lambda: _version(request, service_code, version))
+
+
+@router.get(SERVICES + "/{service_code}/versions/{version}/contract", deprecated=True)
+def get_service_contract(request: Request, service_code: str, version: str) -> Response:
+    successor = f"{LISTINGS}/{_seg(service_code)}/versions/{_seg(version)}/contract"
+    return _deprecated(successor, lambda: _contract(request, service_code, version))

@@ -1,0 +1,160 @@
+"""Invoke a service version and read receipts (DESIGN.md §3, spec 4.1)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from mercato.accounts.schemas import Principal
+from mercato.core.errors import MercatoError
+from mercato.dispatch.client import ProviderClient
+from mercato.invocations import flows
+from mercato.invocations import service as invocations
+from mercato.invocations.errors import (
+    ProviderContractViolation,
+    ProviderDefinedFailure,
+    ProviderUnavailable,
+)
+from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
+from mercato.quotas import service as quotas
+from mercato.quotas.schemas import QuotaStatus
+from mercato.web.deps import current_principal, runtime_of
+
+router = APIRouter(tags=["invocations"])
+_client_lock = threading.Lock()
+
+
+def provider_client(request: Request) -> ProviderClient:
+    """The process's pooled ProviderClient, kept on app.state (tests may put their own there)."""
+    state = request.app.state
+    client: ProviderClient | None = getattr(state, "provider_client", None)
+    if client is None:
+        with _client_lock:
+            client = getattr(state, "provider_client", None)
+            if client is None:
+                client = ProviderClient(runtime_of(request).settings)
+                state.provider_client = client
+    return client
+
+
+def _json(status: int, body: dict[str, Any], headers: dict[str, str]) -> Response:
+    return Response(
+        orjson.dumps(body), status_code=status, headers=headers, media_type="application/json"
+    )
+
+
+def outcome_response(view: InvocationView, headers: dict[str, str]) -> Response:
+    """The invoke answer for an invocation in its current state; replays get the same body."""
+    if view.pending:
+        location = f"/v1/invocations/{view.invocation_id}"
+        return _json(202, view.pending_body(), {**headers, "Location": location})
+    if view.state == "SUCCEEDED":
+        return _json(200, view.success_body(), headers)
+    error: MercatoError
+    if view.provider_http_status is not None:
+        error = ProviderDefinedFailure(
+            f"The provider answered {view.error_code}; no points were spent.",
+            errorCode=view.error_code,
+            providerHttpStatus=view.provider_http_status,
+            invocationId=view.invocation_id,
+        )
+    elif view.error_code == CONTRACT_VIOLATION:
+        error = ProviderContractViolation(
+            "The provider's result broke the version's contract; no points were spent.",
+            invocationId=view.invocation_id,
+        )
+    else:
+        error = ProviderUnavailable(
+            "The provider did not accept the call; no points were spent.",
+            invocationId=view.invocation_id,
+        )
+    error.headers.update(headers)
+    raise error
+
+
+def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
+    runtime = runtime_of(request)
+    with runtime.db.read() as session:
+        policy = quotas.policy_for(
+            session, account_id=account_id, default=quotas.default_policy(runtime.settings)
+        )
+        current: QuotaStatus = quotas.status(
+            session, account_id=account_id, policy=policy, now=runtime.clock.now()
+        )
+    return current.headers()
+
+
+def _invoke_sync(
+    request: Request, principal: Principal, service_code: str, version: str, body: bytes
+) -> Response:
+    key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
+    result = flows.invoke(
+        runtime_of(request),
+        provider_client(request),
+        flows.InvokeRequest(
+            account_id=principal.account_id,
+            channel=principal.channel,
+            service_code=service_code,
+            version=version,
+            idempotency_key=key,
+            body=body,
+        ),
+    )
+    if result.quota is not None:
+        headers = result.quota.headers()
+    else:
+        headers = _quota_headers(request, principal.account_id)
+    return outcome_response(result.view, headers)
+
+
+@router.post("/v1/services/{service_code}/versions/{version}:invoke")
+async def invoke(
+    service_code: str,
+    version: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(current_principal)],
+) -> Response:
+    body = await request.body()
+    try:
+        return await run_in_threadpool(
+            _invoke_sync, request, principal, service_code, version, body
+        )
+    except MercatoError as error:
+        if "RateLimit" not in error.headers:
+            headers = await run_in_threadpool(_quota_headers, request, principal.account_id)
+            error.headers.update(headers)
+        raise
+
+
+@router.get("/v1/invocations")
+def list_invocations(
+    request: Request,
+    principal: Annotated[Principal, Depends(current_principal)],
+    limit: Annotated[int, Query()] = 20,
+    cursor: Annotated[str | None, Query()] = None,
+    status: Annotated[str | None, Query()] = None,
+) -> Response:
+    with runtime_of(request).db.read() as session:
+        page = invocations.list_for_owner(
+            session, account_id=principal.account_id, limit=limit, cursor=cursor, status=status
+        )
+    body = {"items": [v.receipt() for v in page.items], "nextCursor": page.next_cursor}
+    return _json(200, body, {})
+
+
+@router.get("/v1/invocations/{invocation_id}")
+def get_invocation(
+    invocation_id: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(current_principal)],
+) -> Response:
+    with runtime_of(request).db.read() as session:
+        view = invocations.get_invocation_for_owner(
+            session, account_id=principal.account_id, invocation_id=invocation_id
+        )
+    return _json(200, view.receipt(), {})

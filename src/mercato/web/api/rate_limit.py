@@ -1,0 +1,31 @@
+"""`GET /v1/rate-limit`: the caller's current quota window (spec 2.6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import JSONResponse
+
+from mercato.accounts.schemas import Principal
+from mercato.quotas import service as quotas
+from mercato.web.deps import current_principal, runtime_of
+
+router = APIRouter(tags=["rate-limit"])
+
+
+@router.get("/v1/rate-limit")
+def rate_limit(
+    request: Request, principal: Annotated[Principal, Depends(current_principal)]
+) -> Any:
+    runtime = runtime_of(request)
+    with runtime.db.read() as session:
+        policy = quotas.policy_for(
+            session,
+            account_id=principal.account_id,
+            default=quotas.default_policy(runtime.settings),
+        )
+        current = quotas.status(
+            session, account_id=principal.account_id, policy=policy, now=runtime.clock.now()
+        )
+    return JSONResponse(current.to_json(), headers=current.headers())

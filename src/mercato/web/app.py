@@ -1,0 +1,23 @@
+"""The ASGI application factory: caller API under /v1, marketplace pages under /."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from mercato.db.runtime import Runtime
+from mercato.web import observe, pages, problems
+from mercato.web.api import routers
+from mercato.web.limits import BodyLimit
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    """Build the app around an explicit runtime (settings, database, clock)."""
+    app = FastAPI(title="Mercato", version="1.0.0", docs_url=None, redoc_url=None)
+    app.state.runtime = runtime
+    problems.install(app)
+    for router in routers():
+        app.include_router(router)
+    pages.install(app)
+    app.add_middleware(BodyLimit)  # request body caps (web/limits.py)
+    observe.install(app)  # request ids, log context, /metrics, /v1/openapi.json, /v1/docs
+    return app

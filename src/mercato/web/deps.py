@@ -1,0 +1,73 @@
+"""Request dependencies shared by the API and pages."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from mercato.accounts import service as accounts
+from mercato.accounts.errors import SessionRequired, StaffRequired
+from mercato.accounts.schemas import Principal
+from mercato.core.errors import Unauthenticated
+from mercato.db.runtime import Runtime
+
+_MAX_CREDENTIAL_LENGTH = 512
+
+
+def runtime_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def bearer_token(request: Request) -> str:
+    """The token of `Authorization: Bearer <token>`, or Unauthenticated for anything else."""
+    header = request.headers.get("authorization")
+    if header is None:
+        raise Unauthenticated("Send Authorization: Bearer <API key or access token>.")
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated("Use the Bearer authorization scheme.")
+    # Starlette decodes header bytes as Latin-1; anything outside visible ASCII is malformed.
+    if len(token) > _MAX_CREDENTIAL_LENGTH or not (token.isascii() and token.isprintable()):
+        raise Unauthenticated("The credential is not valid.")
+    if " " in token:
+        raise Unauthenticated("The credential is not valid.")
+    return token
+
+
+def current_principal(request: Request) -> Principal:
+    """Resolve the caller from an API key or a session access token (401 otherwise)."""
+    cached = getattr(request.state, "principal", None)
+    if isinstance(cached, Principal):
+        return cached
+    token = bearer_token(request)
+    runtime = runtime_of(request)
+    now = runtime.clock.now()
+    if token.startswith(accounts.API_KEY_PREFIX):
+        with runtime.db.transaction() as session:
+            principal = accounts.resolve_api_key(session, api_key=token, now=now)
+    elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
+        with runtime.db.read() as session:
+            principal = accounts.resolve_access_token(
+                session, token=token, settings=runtime.settings, now=now
+            )
+    else:
+        raise Unauthenticated("The credential is not valid.")
+    request.state.principal = principal
+    return principal
+
+
+def session_principal(request: Request) -> Principal:
+    """Like current_principal, but API keys are refused with 403 SESSION_REQUIRED."""
+    principal = current_principal(request)
+    if principal.channel != "SESSION":
+        raise SessionRequired("API keys can only call services; log in for this.")
+    return principal
+
+
+def staff_principal(request: Request) -> Principal:
+    """A staff member's session; anyone else gets 403."""
+    principal = session_principal(request)
+    if not principal.is_staff:
+        raise StaffRequired()
+    return principal

@@ -1,0 +1,136 @@
+"""Sign up, log in and log out: the browser side of the foundation's session families."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from mercato.accounts import flows as account_flows
+from mercato.accounts import service as accounts
+from mercato.accounts.errors import AccountExists, InvalidEmail, InvalidPassword
+from mercato.core.errors import MercatoError, RateLimited, Unauthenticated
+from mercato.web.deps import runtime_of
+from mercato.web.pages.common import (
+    ACCESS_COOKIE,
+    REFRESH_COOKIE,
+    Form,
+    clear_session_cookies,
+    current_user,
+    redirect,
+    render,
+    renew_csrf,
+    safe_next,
+    set_session_cookies,
+    text_of,
+)
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/signup")
+def signup_page(request: Request) -> Response:
+    return render(request, "signup.html", title="Sign up")
+
+
+@router.post("/signup")
+def signup(request: Request, form: Form) -> Response:
+    email, password = text_of(form, "email").strip(), text_of(form, "password")
+    errors: dict[str, str] = {}
+    if len(password) < accounts.PASSWORD_MIN_LENGTH:
+        errors["password"] = f"Use at least {accounts.PASSWORD_MIN_LENGTH} characters."
+    elif len(password) > accounts.PASSWORD_MAX_LENGTH:
+        errors["password"] = "That password is too long."
+    if not errors:
+        runtime = runtime_of(request)
+        try:
+            with runtime.db.transaction() as session:
+                account = accounts.create_account(
+                    session, email=email, password=password, is_staff=False, now=runtime.clock.now()
+                )
+                tokens = accounts.start_session(
+                    session,
+                    account_id=account.id,
+                    settings=runtime.settings,
+                    now=runtime.clock.now(),
+                )
+        except (InvalidEmail, AccountExists) as error:
+            errors["email"] = error.message
+        except InvalidPassword as error:
+            errors["password"] = error.message
+        else:
+            set_session_cookies(request, tokens)
+            renew_csrf(request)
+            return redirect(request, "/", notice="signed-up")
+    return render(
+        request, "signup.html", status=400, title="Sign up", errors=errors, values={"email": email}
+    )
+
+
+@router.get("/login")
+def login_page(request: Request, next: str = "/") -> Response:
+    return render(request, "login.html", title="Log in", next=safe_next(next))
+
+
+@router.post("/login")
+def login(request: Request, form: Form) -> Response:
+    email, password = text_of(form, "email").strip(), text_of(form, "password")
+    target = safe_next(text_of(form, "next") or "/")
+    runtime = runtime_of(request)
+    errors: dict[str, str] = {}
+    status = 400
+    try:
+        tokens = account_flows.login(
+            runtime.db,
+            email=email,
+            password=password,
+            client_ip=request.client.host if request.client else None,
+            settings=runtime.settings,
+            now=runtime.clock.now(),
+        )
+    except RateLimited as error:
+        errors["password"] = error.message
+        status = 429
+    except Unauthenticated:
+        errors["password"] = "The email or the password is not right."
+    except MercatoError as error:
+        errors["email"] = error.message
+    else:
+        _end_current_session(request)
+        set_session_cookies(request, tokens)
+        renew_csrf(request)
+        return redirect(request, target)
+    return render(
+        request,
+        "login.html",
+        status=status,
+        title="Log in",
+        errors=errors,
+        values={"email": email},
+        next=target,
+    )
+
+
+def _end_current_session(request: Request) -> None:
+    """Revoke the family this browser was signed in with (logout, or a new login over it)."""
+    user = current_user(request)
+    runtime = runtime_of(request)
+    family_id = user.principal.family_id if user is not None else None
+    if family_id is None:
+        refresh = request.cookies.get(REFRESH_COOKIE)
+        if refresh:
+            with runtime.db.read() as session:
+                family_id = accounts.family_of_refresh_token(session, refresh_token=refresh)
+    if family_id is not None:
+        with runtime.db.transaction() as session:
+            accounts.revoke_family(
+                session, family_id=family_id, reason="LOGOUT", now=runtime.clock.now()
+            )
+
+
+@router.post("/logout")
+def logout(request: Request, _form: Form) -> Response:
+    if request.cookies.get(ACCESS_COOKIE) or request.cookies.get(REFRESH_COOKIE):
+        _end_current_session(request)
+    clear_session_cookies(request)
+    renew_csrf(request)
+    return redirect(request, "/login", notice="logged-out")

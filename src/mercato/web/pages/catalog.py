@@ -1,0 +1,240 @@
+"""Catalog pages: browse and search, one listing with its contract, call it, report it."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from mercato.artifacts import flows as artifact_flows
+from mercato.cases import flows as case_flows
+from mercato.cases.schemas import Category
+from mercato.catalog import service as catalog
+from mercato.catalog.errors import VersionNotFound
+from mercato.catalog.models import Listing, Version
+from mercato.catalog.schemas import ContractDocument
+from mercato.core.errors import MercatoError
+from mercato.invocations import flows as invoke_flows
+from mercato.invocations import service as invocations
+from mercato.invocations.errors import RequestSchemaViolation, RequestTooLarge
+from mercato.providers import service as providers
+from mercato.web.api.invocations import provider_client
+from mercato.web.deps import runtime_of
+from mercato.web.pages.common import (
+    Form,
+    User,
+    new_idempotency_key,
+    redirect,
+    render,
+    text_of,
+)
+
+router = APIRouter(include_in_schema=False)
+
+SEARCH_SCAN_LIMIT = 500
+
+
+def _matches(listing: Listing, query: str) -> bool:
+    text = f"{listing.service_code} {listing.display_name} {listing.description}".lower()
+    return all(word in text for word in query.lower().split())
+
+
+@router.get("/")
+def catalog_page(request: Request, q: str = "") -> Response:
+    runtime = runtime_of(request)
+    with runtime.db.read() as session:
+        page, more = catalog.public_listings(session, limit=SEARCH_SCAN_LIMIT)
+        items = [
+            {
+                "service_code": listing.service_code,
+                "display_name": listing.display_name,
+                "description": listing.description,
+                "versions": [(v.label, v.price) for v in versions],
+            }
+            for listing, versions in page
+            if not q.strip() or _matches(listing, q)
+        ]
+    return render(request, "catalog.html", title="Catalog", items=items, q=q, more=more)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _from_shape(shape: dict[str, Any]) -> dict[str, Any]:
+    """A guess from the human-readable request shape, e.g. "string: a | b" or "integer 1-9"."""
+    example: dict[str, Any] = {}
+    for name, hint in shape.items():
+        if not isinstance(hint, str) or "optional" in hint:
+            continue
+        default = re.search(r"default (-?\d+)", hint)
+        choices = re.match(r"string:\s*([^|,]+)", hint)
+        if hint.startswith("integer"):
+            example[name] = int(default.group(1)) if default else 1
+        elif choices:
+            example[name] = choices.group(1).strip()
+    return example
+
+
+def _skeleton(schema: dict[str, Any], shape: dict[str, Any]) -> str:
+    """A starting request body for the call form, from the request schema's properties."""
+    example: dict[str, Any] = {}
+    for name, spec in (schema.get("properties") or {}).items():
+        if not isinstance(spec, dict):
+            continue
+        if "default" in spec:
+            example[name] = spec["default"]
+        elif spec.get("enum"):
+            example[name] = spec["enum"][0]
+        elif spec.get("type") == "integer":
+            example[name] = spec.get("minimum", 1)
+        elif spec.get("type") == "string":
+            example[name] = ""
+    example = example or _from_shape(shape)
+    return _pretty(example) if example else "{\n  \n}"
+
+
+def _listing_context(request: Request, service_code: str, version: str | None) -> dict[str, Any]:
+    with runtime_of(request).db.read() as session:
+        listing, versions = catalog.public_listing(session, service_code=service_code)
+        if not versions:
+            raise VersionNotFound(f"{service_code} has no published version.")
+        chosen: Version = versions[-1]
+        if version is not None:
+            chosen = catalog.public_version(session, service_code=service_code, version=version)
+        contract = ContractDocument.of(chosen)
+        return {
+            "listing": {
+                "service_code": listing.service_code,
+                "display_name": listing.display_name,
+                "description": listing.description,
+            },
+            "versions": [
+                {"label": v.label, "price": v.price, "published_at": v.published_at}
+                for v in versions
+            ],
+            "version": {
+                "label": chosen.label,
+                "price": chosen.price,
+                "published_at": chosen.published_at,
+            },
+            "contract": contract,
+            "request_schema": _pretty(contract.request_schema),
+            "result_schema": _pretty(contract.result_schema),
+            "request_shape": _pretty(contract.request_shape),
+            "skeleton": _skeleton(contract.request_schema, contract.request_shape),
+            "categories": [c.value for c in Category],
+        }
+
+
+@router.get("/listings/{service_code}")
+def listing_page(request: Request, service_code: str, version: str | None = None) -> Response:
+    context = _listing_context(request, service_code, version)
+    name = context["listing"]["display_name"]
+    return render(
+        request,
+        "listing.html",
+        title=f"{name} {context['version']['label']}",
+        call_key=new_idempotency_key(),
+        report_key=new_idempotency_key(),
+        **context,
+    )
+
+
+def _schema_errors(error: RequestSchemaViolation) -> str:
+    details = error.extra.get("errors") or []
+    lines = [f"{e.get('pointer') or '(body)'}: {e.get('detail')}" for e in details[:10]]
+    return error.message + ("\n" + "\n".join(lines) if lines else "")
+
+
+@router.post("/listings/{service_code}/versions/{version}/call")
+def call(request: Request, service_code: str, version: str, user: User, form: Form) -> Response:
+    """Invoke the exact version with the session, then show the receipt with its result."""
+    runtime = runtime_of(request)
+    body = text_of(form, "body")
+    errors: dict[str, str] = {}
+    try:
+        key = invocations.check_idempotency_key([text_of(form, "idempotency_key")])
+        client = provider_client(request)
+        result = invoke_flows.invoke(
+            runtime,
+            client,
+            invoke_flows.InvokeRequest(
+                account_id=user.account_id,
+                channel="SESSION",
+                service_code=service_code,
+                version=version,
+                idempotency_key=key,
+                body=body.encode("utf-8"),
+            ),
+        )
+    except RequestSchemaViolation as error:
+        errors["body"] = _schema_errors(error)
+    except RequestTooLarge as error:
+        errors["body"] = error.message
+    except MercatoError as error:
+        errors["call"] = error.message
+    else:
+        view = result.view
+        if view.state == "SUCCEEDED" and view.has_artifact_contract:
+            artifact_flows.ingest_invocation(
+                runtime,
+                client,
+                invocation_id=view.invocation_id,
+                resolve_target=providers.get_dispatch_target,
+            )
+        return redirect(request, f"/receipts/{view.invocation_id}")
+    context = _listing_context(request, service_code, version)
+    return render(
+        request,
+        "listing.html",
+        status=400,
+        title=f"{context['listing']['display_name']} {version}",
+        call_key=new_idempotency_key(),
+        report_key=new_idempotency_key(),
+        errors=errors,
+        values={"body": body},
+        **context,
+    )
+
+
+@router.post("/listings/{service_code}/report")
+def report(request: Request, service_code: str, user: User, form: Form) -> Response:
+    """A content report against the currently public exact publication."""
+    version = text_of(form, "version")
+    category, text = text_of(form, "category"), text_of(form, "text")
+    errors: dict[str, str] = {}
+    if category not in {c.value for c in Category}:
+        errors["category"] = "Choose what is wrong."
+    if not text.strip():
+        errors["text"] = "Say what is wrong (1-2000 characters)."
+    if not errors:
+        try:
+            submitted = case_flows.submit_report(
+                runtime_of(request),
+                account_id=user.account_id,
+                idempotency_key=text_of(form, "idempotency_key") or new_idempotency_key(),
+                service_code=service_code,
+                version=version,
+                category=category,
+                text=text,
+            )
+        except MercatoError as error:
+            errors["text"] = error.message
+        else:
+            return redirect(request, f"/cases/{submitted.case.case_id}", notice="report-sent")
+    context = _listing_context(request, service_code, version or None)
+    return render(
+        request,
+        "listing.html",
+        status=400,
+        title=f"{context['listing']['display_name']} {context['version']['label']}",
+        call_key=new_idempotency_key(),
+        report_key=new_idempotency_key(),
+        errors=errors,
+        values={"category": category, "text": text},
+        **context,
+    )

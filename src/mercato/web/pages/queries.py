@@ -1,0 +1,111 @@
+"""Read-only queries the pages need that no domain service offers as a list."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from sqlalchemy import inspect, select
+from sqlalchemy.orm import Session
+
+from mercato.accounts.models import Account
+from mercato.catalog.models import DRAFT, Hold, Listing, Version
+from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer
+from mercato.providers.models import ProviderConnection
+
+
+def plain(row: Any) -> SimpleNamespace:
+    """A detached copy of an ORM row's columns, safe to render after the session closed."""
+    return SimpleNamespace(**{c.key: getattr(row, c.key) for c in inspect(row).mapper.column_attrs})
+
+
+_SHOWN_KINDS = ("available", "reserved", "earnings")
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    at: dt.datetime
+    kind: str  # grant, reserve, settle, release, refund, payout
+    balance: str  # available, reserved, earnings
+    amount: int
+    memo: str
+
+
+def ledger_history(session: Session, *, account_id: str, limit: int = 50) -> list[LedgerLine]:
+    """The account's ledger entries, newest first (the platform's own legs are not shown)."""
+    rows = session.execute(
+        select(
+            LedgerTransfer.created_at,
+            LedgerTransfer.kind,
+            LedgerAccount.kind,
+            LedgerEntry.amount,
+            LedgerTransfer.memo,
+        )
+        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .where(LedgerAccount.owner == account_id, LedgerAccount.kind.in_(_SHOWN_KINDS))
+        .order_by(LedgerTransfer.created_at.desc(), LedgerEntry.id.desc())
+        .limit(limit)
+    ).all()
+    return [LedgerLine(*row) for row in rows]
+
+
+def connections_of(session: Session, *, owner_id: str | None) -> list[ProviderConnection]:
+    """Connections, newest first; `owner_id=None` lists everyone's (staff)."""
+    query = select(ProviderConnection).order_by(ProviderConnection.created_at.desc())
+    if owner_id is not None:
+        query = query.where(ProviderConnection.owner_id == owner_id)
+    return list(session.scalars(query))
+
+
+def listings_of(session: Session, *, owner_id: str) -> list[Listing]:
+    query = select(Listing).where(Listing.owner_id == owner_id).order_by(Listing.service_code)
+    return list(session.scalars(query))
+
+
+def versions_of(session: Session, *, listing_id: str) -> list[Version]:
+    query = select(Version).where(Version.listing_id == listing_id).order_by(Version.number)
+    return list(session.scalars(query))
+
+
+def version(session: Session, *, version_id: str) -> tuple[Listing, Version] | None:
+    row = session.execute(
+        select(Listing, Version)
+        .join(Version, Version.listing_id == Listing.id)
+        .where(Version.id == version_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def drafts(session: Session) -> list[tuple[Listing, Version]]:
+    """Every draft version: the staff review queue (decision 0122)."""
+    rows = session.execute(
+        select(Listing, Version)
+        .join(Version, Version.listing_id == Listing.id)
+        .where(Version.state == DRAFT)
+        .order_by(Version.updated_at.desc())
+    ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+def all_listings(session: Session) -> list[Listing]:
+    return list(session.scalars(select(Listing).order_by(Listing.service_code)))
+
+
+def active_holds(session: Session) -> list[tuple[Hold, str]]:
+    rows = session.execute(
+        select(Hold, Listing.service_code)
+        .join(Listing, Listing.id == Hold.listing_id)
+        .where(Hold.released_at.is_(None))
+        .order_by(Hold.created_at.desc())
+    ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+def emails(session: Session, account_ids: set[str]) -> dict[str, str]:
+    if not account_ids:
+        return {}
+    rows = session.execute(select(Account.id, Account.email).where(Account.id.in_(account_ids)))
+    return {row[0]: row[1] for row in rows}

@@ -1,0 +1,296 @@
+"""The staff console: approve connections, review and publish drafts, cases, holds, points."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from mercato.accounts import service as accounts
+from mercato.cases import flows as case_flows
+from mercato.cases import service as cases
+from mercato.cases.schemas import DECISIONS, Decision
+from mercato.catalog import service as catalog
+from mercato.catalog.errors import VersionNotFound
+from mercato.catalog.schemas import ContractDocument
+from mercato.core.errors import MercatoError
+from mercato.ledger import service as ledger
+from mercato.providers import service as providers
+from mercato.web.deps import runtime_of
+from mercato.web.pages import queries
+from mercato.web.pages.common import (
+    Form,
+    PageUser,
+    Staff,
+    connection_facts,
+    redirect,
+    render,
+    text_of,
+)
+from mercato.web.pages.provider import connection_context
+
+router = APIRouter(include_in_schema=False)
+
+
+def _console(request: Request) -> dict[str, Any]:
+    with runtime_of(request).db.read() as session:
+        connections: list[dict[str, Any]] = []
+        for c in queries.connections_of(session, owner_id=None):
+            if c.approved:
+                continue
+            latest = providers.latest_run(session, connection_id=c.id, revision=c.revision)
+            connections.append(
+                {"id": c.id, "name": c.name, "owner_id": c.owner_id, "latest": latest}
+            )
+        drafts = [
+            {
+                "id": version.id,
+                "service_code": listing.service_code,
+                "label": version.label,
+                "price": version.price,
+                "approved": providers.is_approved(session, connection_id=version.connection_id),
+            }
+            for listing, version in queries.drafts(session)
+        ]
+        open_cases = cases.list_cases(session, account_id=None, limit=100, state="OPEN").items
+        approved = cases.list_cases(session, account_id=None, limit=100, state="APPROVED").items
+        holds = [(queries.plain(hold), code) for hold, code in queries.active_holds(session)]
+        listings = [listing.service_code for listing in queries.all_listings(session)]
+        owners = queries.emails(session, {str(c["owner_id"]) for c in connections})
+    return {
+        "connections": connections,
+        "owners": owners,
+        "drafts": drafts,
+        "open_cases": open_cases,
+        "approved_cases": approved,
+        "holds": holds,
+        "listings": listings,
+    }
+
+
+@router.get("/staff")
+def console(request: Request, _user: Staff) -> Response:
+    return render(request, "staff.html", title="Staff console", **_console(request))
+
+
+def _console_error(request: Request, errors: dict[str, str], values: dict[str, str]) -> Response:
+    return render(
+        request,
+        "staff.html",
+        status=400,
+        title="Staff console",
+        errors=errors,
+        values=values,
+        **_console(request),
+    )
+
+
+# --- connections -------------------------------------------------------------------------
+
+
+@router.get("/staff/connections/{connection_id}")
+def connection_page(request: Request, connection_id: str, _user: Staff) -> Response:
+    with runtime_of(request).db.read() as session:
+        connection = providers.get_connection(session, connection_id=connection_id)
+        context = connection_context(session, connection)
+    return render(request, "connection.html", title="Review connection", staff=True, **context)
+
+
+@router.post("/staff/connections/{connection_id}/approve")
+def approve(request: Request, connection_id: str, user: Staff, _form: Form) -> Response:
+    runtime = runtime_of(request)
+    try:
+        with runtime.db.transaction() as session:
+            providers.approve_connection(
+                session,
+                connection_id=connection_id,
+                now=runtime.clock.now(),
+                approved_by=user.account_id,
+            )
+    except MercatoError as error:
+        with runtime.db.read() as session:
+            connection = providers.get_connection(session, connection_id=connection_id)
+            context = connection_context(session, connection)
+        return render(
+            request,
+            "connection.html",
+            status=409,
+            title="Review connection",
+            staff=True,
+            errors={"approve": error.message},
+            **context,
+        )
+    return redirect(request, f"/staff/connections/{connection_id}", notice="approved")
+
+
+# --- versions ----------------------------------------------------------------------------
+
+
+def _version_context(request: Request, version_id: str) -> dict[str, Any]:
+    with runtime_of(request).db.read() as session:
+        found = queries.version(session, version_id=version_id)
+        if found is None:
+            raise VersionNotFound("There is no such version.")
+        listing, version = found
+        contract = ContractDocument.of(version)
+        return {
+            "listing": queries.plain(listing),
+            "version": queries.plain(version),
+            "contract": contract,
+            "contract_text": json.dumps(version.contract, indent=2, sort_keys=True),
+            "connection_approved": providers.is_approved(
+                session, connection_id=version.connection_id
+            ),
+        }
+
+
+@router.get("/staff/versions/{version_id}")
+def version_page(request: Request, version_id: str, _user: Staff) -> Response:
+    context = _version_context(request, version_id)
+    title = f"Review {context['listing'].service_code} {context['version'].label}"
+    return render(request, "staff_version.html", title=title, **context)
+
+
+@router.post("/staff/versions/{version_id}/publish")
+def publish(request: Request, version_id: str, _user: Staff, _form: Form) -> Response:
+    runtime = runtime_of(request)
+    try:
+        with runtime.db.transaction() as session:
+            found = queries.version(session, version_id=version_id)
+            if found is None:
+                raise VersionNotFound("There is no such version.")
+            facts = connection_facts(session, connection_id=found[1].connection_id)
+            catalog.publish_version(
+                session, version_id=version_id, connection=facts, now=runtime.clock.now()
+            )
+    except VersionNotFound:
+        raise
+    except MercatoError as error:
+        context = _version_context(request, version_id)
+        return render(
+            request,
+            "staff_version.html",
+            status=409,
+            title=f"Review {context['listing'].service_code} {context['version'].label}",
+            errors={"publish": error.message},
+            **context,
+        )
+    return redirect(request, f"/staff/versions/{version_id}", notice="published")
+
+
+# --- cases -------------------------------------------------------------------------------
+
+
+@router.get("/staff/cases/{case_id}")
+def case_page(request: Request, case_id: str, user: Staff) -> Response:
+    return _case_page(request, case_id, user)
+
+
+def _case_page(
+    request: Request,
+    case_id: str,
+    user: PageUser,
+    *,
+    status: int = 200,
+    errors: dict[str, str] | None = None,
+) -> Response:
+    with runtime_of(request).db.read() as session:
+        case = cases.get_case_for(
+            session, case_id=case_id, account_id=user.account_id, is_staff=True
+        )
+        submitter = queries.emails(session, {case.account_id}).get(case.account_id, "")
+    choices = [d.value for d, (kind, _) in DECISIONS.items() if kind == case.kind]
+    return render(
+        request,
+        "staff_case.html",
+        status=status,
+        title=f"Case {case_id}",
+        case=case,
+        submitter=submitter,
+        choices=choices,
+        errors=errors or {},
+    )
+
+
+@router.post("/staff/cases/{case_id}/decide")
+def decide(request: Request, case_id: str, user: Staff, form: Form) -> Response:
+    reason = text_of(form, "reason")
+    try:
+        decision = Decision(text_of(form, "decision"))
+    except ValueError:
+        return _case_page(request, case_id, user, status=400, errors={"decision": "Choose one."})
+    if not reason.strip():
+        return _case_page(request, case_id, user, status=400, errors={"reason": "Give the reason."})
+    try:
+        case_flows.decide(
+            runtime_of(request),
+            case_id=case_id,
+            decision=decision,
+            reason=reason,
+            decided_by=user.account_id,
+        )
+    except MercatoError as error:
+        return _case_page(request, case_id, user, status=409, errors={"decision": error.message})
+    return redirect(request, f"/staff/cases/{case_id}", notice="decided")
+
+
+# --- holds and points --------------------------------------------------------------------
+
+
+@router.post("/staff/holds")
+def place_hold(request: Request, user: Staff, form: Form) -> Response:
+    runtime = runtime_of(request)
+    code, reason = text_of(form, "service_code"), text_of(form, "hold_reason")
+    try:
+        with runtime.db.transaction() as session:
+            catalog.place_hold(
+                session,
+                service_code=code,
+                kind="staff",
+                reason=reason,
+                created_by=user.account_id,
+                now=runtime.clock.now(),
+            )
+    except MercatoError as error:
+        key = "hold_reason" if "reason" in error.message else "service_code"
+        return _console_error(
+            request, {key: error.message}, {"service_code": code, "hold_reason": reason}
+        )
+    return redirect(request, "/staff", notice="hold-placed")
+
+
+@router.post("/staff/holds/{hold_id}/release")
+def release_hold(request: Request, hold_id: str, user: Staff, _form: Form) -> Response:
+    runtime = runtime_of(request)
+    with runtime.db.transaction() as session:
+        catalog.release_hold(
+            session, hold_id=hold_id, released_by=user.account_id, now=runtime.clock.now()
+        )
+    return redirect(request, "/staff", notice="hold-released")
+
+
+@router.post("/staff/grants")
+def grant(request: Request, _user: Staff, form: Form) -> Response:
+    runtime = runtime_of(request)
+    email, amount_text = text_of(form, "email").strip(), text_of(form, "amount").strip()
+    values = {"email": email, "amount": amount_text}
+    try:
+        amount = int(amount_text)
+    except ValueError:
+        return _console_error(request, {"amount": "A whole number of points."}, values)
+    try:
+        with runtime.db.transaction() as session:
+            account = accounts.get_account_by_email(session, email=email)
+            ledger.grant(
+                session,
+                account_id=account.id,
+                amount=amount,
+                now=runtime.clock.now(),
+                memo="granted by staff",
+            )
+    except MercatoError as error:
+        key = "email" if "ccount" in error.message else "amount"
+        return _console_error(request, {key: error.message}, values)
+    return redirect(request, "/staff", notice="granted")

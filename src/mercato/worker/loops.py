@@ -1,0 +1,99 @@
+"""The durable background loops. Each `run_once(runtime, client) -> int` does one pass.
+
+Work is found in the database and leased row by row (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
+a conditional UPDATE on SQLite), so any number of workers can share one database without
+doing a job twice; a worker that dies simply lets its leases expire.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+from mercato.core.ids import new_id
+from mercato.db.runtime import Runtime
+from mercato.dispatch.client import ProviderClient
+from mercato.invocations import flows
+from mercato.invocations import service as invocations
+from mercato.invocations.schemas import State
+from mercato.providers import service as providers
+from mercato.worker import refunds
+
+log = logging.getLogger("mercato.worker")
+
+BATCH = 20
+
+Step = Callable[[Runtime, ProviderClient, str, str], None]
+
+
+def _drain(runtime: Runtime, client: ProviderClient, states: tuple[State, ...], step: Step) -> int:
+    """Lease due rows in `states` one at a time and run `step` on each; return rows handled."""
+    done = 0
+    for _ in range(BATCH):
+        owner = new_id("lease")
+        with runtime.db.transaction() as session:
+            claimed = invocations.claim_due(
+                session,
+                states=states,
+                lease_owner=owner,
+                lease_seconds=flows.lease_seconds(runtime),
+                now=runtime.clock.now(),
+                limit=1,
+            )
+        if not claimed:
+            break
+        try:
+            step(runtime, client, claimed[0], owner)
+        except Exception:
+            # The lease expires and another pass retries; nothing was half-committed.
+            log.exception("invocation %s: step failed", claimed[0])
+        done += 1
+    return done
+
+
+def redispatch_once(runtime: Runtime, client: ProviderClient) -> int:
+    """(a) Send again what the provider proved it never accepted, once its backoff is due."""
+    return _drain(runtime, client, (State.RETRY_WAIT,), flows.redispatch)
+
+
+def reconcile_once(runtime: Runtime, client: ProviderClient) -> int:
+    """(b) Ask the provider about unknown outcomes until the answer is definite."""
+    return _drain(runtime, client, (State.RECONCILING,), flows.reconcile)
+
+
+def recover_once(runtime: Runtime, client: ProviderClient) -> int:
+    """(c) Take over calls whose processing lease expired mid-flight: reconcile, never resend."""
+    return _drain(runtime, client, (State.DISPATCHING,), flows.reconcile)
+
+
+def artifacts_once(runtime: Runtime, client: ProviderClient) -> int:
+    """(d) Pull artifacts of settled calls, when the artifacts domain is installed."""
+    try:
+        module = importlib.import_module("mercato.artifacts.flows")
+    except ModuleNotFoundError:
+        return 0
+    ingest = getattr(module, "ingest_once", None)
+    if ingest is None:
+        return 0
+    handled: int = ingest(runtime, client, resolve_target=providers.get_dispatch_target)
+    return handled
+
+
+def refunds_once(runtime: Runtime, _client: ProviderClient) -> int:
+    """(e) Retry the refunds of approved disputes that could not post yet."""
+    return refunds.run_once(runtime)
+
+
+LOOPS: tuple[Callable[[Runtime, ProviderClient], int], ...] = (
+    recover_once,
+    reconcile_once,
+    redispatch_once,
+    artifacts_once,
+    refunds_once,
+)
+
+
+def run_once(runtime: Runtime, client: ProviderClient) -> int:
+    """One pass of every loop; returns the total work done (0 when idle)."""
+    return sum(loop(runtime, client) for loop in LOOPS)

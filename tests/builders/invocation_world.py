@@ -1,0 +1,161 @@
+"""A ready world for invocation tests: a scripted provider, a published version, a caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from httpx import Response
+from sqlalchemy import func, select
+
+from builders.accounts import make_account, make_api_key
+from builders.catalog import approve_connection, example_contract, publish
+from builders.invocations import CREDENTIAL, ScriptedProvider
+from mercato.core.clock import FakeClock, utcnow
+from mercato.db.runtime import Runtime
+from mercato.dispatch.client import ProviderClient
+from mercato.invocations.models import Invocation
+from mercato.ledger import service as ledger
+from mercato.ledger.models import Reservation
+from mercato.providers import service as providers
+from mercato.settings import Settings
+from mercato.web.app import create_app
+from mercato.worker import loops
+
+SERVICE = "acme.echo"
+PRICE = 10
+CONTRACT = example_contract(
+    requestMaxBytes=256,
+    requestSchema={
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "tags": {"type": "array"}},
+        "additionalProperties": True,
+    },
+    resultSchema={"type": "object", "required": ["echo"]},
+    artifactContract=None,
+)
+
+
+@dataclass
+class World:
+    runtime: Runtime
+    clock: FakeClock
+    client: TestClient
+    provider: ScriptedProvider
+    provider_client: ProviderClient
+    caller_id: str
+    provider_id: str
+    api_key: str
+
+    def invoke(
+        self,
+        body: Any = None,
+        *,
+        key: str | None = "key-1",
+        raw: bytes | None = None,
+        version: str = "v1",
+        service: str = SERVICE,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        sent = {"Authorization": f"Bearer {api_key or self.api_key}"}
+        if key is not None:
+            sent["Idempotency-Key"] = key
+        sent.update(headers or {})
+        content = (
+            raw
+            if raw is not None
+            else (__import__("json").dumps(body if body is not None else {"n": 1}).encode())
+        )
+        return self.client.post(
+            f"/v1/services/{service}/versions/{version}:invoke", content=content, headers=sent
+        )
+
+    def get(self, path: str, api_key: str | None = None) -> Response:
+        return self.client.get(path, headers={"Authorization": f"Bearer {api_key or self.api_key}"})
+
+    def balances(self, account_id: str | None = None) -> tuple[int, int]:
+        with self.runtime.db.read() as session:
+            b = ledger.balances(session, account_id=account_id or self.caller_id)
+        return b.available, b.reserved
+
+    def earnings(self) -> int:
+        with self.runtime.db.read() as session:
+            return ledger.balances(session, account_id=self.provider_id).earnings
+
+    def reservations(self, state: str) -> int:
+        with self.runtime.db.read() as session:
+            return int(
+                session.scalar(
+                    select(func.count()).select_from(Reservation).where(Reservation.state == state)
+                )
+                or 0
+            )
+
+    def invocations(self) -> list[Invocation]:
+        with self.runtime.db.read() as session:
+            return list(session.scalars(select(Invocation).order_by(Invocation.id)))
+
+    def provider_key(self, invocation_id: str) -> str:
+        return f"mercato:{invocation_id}"
+
+    def work(self, *, advance: float = 3600.0) -> int:
+        """Let backoffs and leases fall due, then run worker passes until idle."""
+        self.clock.advance(advance)
+        total = 0
+        for _ in range(20):
+            done = loops.run_once(self.runtime, self.provider_client)
+            total += done
+            if done == 0:
+                return total
+            self.clock.advance(advance)
+        busy = {loop.__name__: loop(self.runtime, self.provider_client) for loop in loops.LOOPS}
+        raise AssertionError(f"worker did not become idle: {busy}")
+
+    def ledger_balanced(self) -> bool:
+        with self.runtime.db.read() as session:
+            return ledger.verify(session).balanced
+
+
+def build_world(db_url: str, tmp_path: Path, provider: ScriptedProvider, **settings: Any) -> World:
+    config = Settings(
+        env="dev",
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        provider_timeout_seconds=settings.pop("provider_timeout_seconds", 1.0),
+        redispatch_attempts=settings.pop("redispatch_attempts", 2),
+        **settings,
+    )
+    clock = FakeClock(utcnow())
+    runtime = Runtime.from_settings(config, clock=clock)
+    caller_id = make_account(runtime.db, "caller@example.com", password=None)
+    provider_id = make_account(runtime.db, "provider@example.com", password=None)
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=caller_id, amount=100, now=clock.now())
+        connection = providers.create_connection(
+            session,
+            owner_id=provider_id,
+            name="echo",
+            base_url=provider.url,
+            credential=CREDENTIAL,
+            settings=config,
+            now=clock.now(),
+        )
+        connection_id = connection.id
+    approve_connection(runtime, connection_id)
+    publish(
+        runtime,
+        connection_id,
+        service_code=SERVICE,
+        price=PRICE,
+        contract=CONTRACT,
+        provider_share_bps=7000,
+    )
+    api_key, _ = make_api_key(runtime.db, caller_id)
+    app = create_app(runtime)
+    provider_client = ProviderClient(config)
+    app.state.provider_client = provider_client
+    client = TestClient(app, raise_server_exceptions=False)
+    return World(runtime, clock, client, provider, provider_client, caller_id, provider_id, api_key)

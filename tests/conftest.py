@@ -1,0 +1,140 @@
+"""Shared fixtures: a fresh database per test on SQLite and on PostgreSQL, settings, app."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from mercato.db import models
+from mercato.db.base import Base
+from mercato.db.engine import make_engine
+from mercato.db.migrate import upgrade
+from mercato.db.runtime import Runtime
+from mercato.db.uow import Database
+from mercato.settings import Settings
+
+models.load_all()
+
+PG_ADMIN_URL = os.environ.get(
+    "MERCATO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REQUIRE_POSTGRES = os.environ.get("MERCATO_REQUIRE_POSTGRES", "").lower() in {"1", "true", "yes"}
+BACKENDS = [b for b in os.environ.get("MERCATO_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
+
+
+def _postgres_reachable() -> str | None:
+    try:
+        engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+class _PostgresTemplate:
+    """One migrated database per test session; tables are emptied between tests."""
+
+    def __init__(self) -> None:
+        self.name = f"mercato_test_{uuid.uuid4().hex[:12]}"
+        self.admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{self.name}"'))
+        base = PG_ADMIN_URL.rsplit("/", 1)[0]
+        self.url = f"{base}/{self.name}"
+        engine = make_engine(self.url)
+        upgrade(engine)
+        engine.dispose()
+
+    def truncate(self, engine: Engine) -> None:
+        names = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+        if names:
+            with engine.begin() as conn:
+                conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+    def drop(self) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": self.name},
+            )
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}"'))
+        self.admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[_PostgresTemplate | None]:
+    if "postgresql" not in BACKENDS:
+        yield None
+        return
+    reason = _postgres_reachable()
+    if reason is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"PostgreSQL is required (MERCATO_REQUIRE_POSTGRES) but: {reason}")
+        yield None
+        return
+    template = _PostgresTemplate()
+    yield template
+    template.drop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "mercato.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_template: Path,
+    postgres_template: _PostgresTemplate | None,
+) -> Iterator[str]:
+    """A migrated, empty database of each backend; the PostgreSQL tier says when skipped."""
+    if request.param == "sqlite":
+        if request.node.get_closest_marker("postgres_only"):
+            pytest.skip("needs PostgreSQL (row locks across processes)")
+        path = tmp_path / "mercato.db"
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite:///{path}"
+        return
+    if postgres_template is None:
+        pytest.skip(
+            "PostgreSQL tier skipped: server not reachable (set MERCATO_REQUIRE_POSTGRES=1 "
+            "to make this a failure)"
+        )
+    engine = make_engine(postgres_template.url)
+    postgres_template.truncate(engine)
+    engine.dispose()
+    yield postgres_template.url
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return Settings(env="dev", data_dir=tmp_path / "data", database_url=db_url)
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    rt = Runtime.from_settings(settings)
+    yield rt
+    rt.db.dispose()
+
+
+@pytest.fixture
+def db(runtime: Runtime) -> Database:
+    return runtime.db

@@ -1,0 +1,52 @@
+"""The benchmark harness still runs end to end: a short SQLite run with two clients produces a
+well-formed result and a balanced ledger. No timing is asserted: the benchmark is a tool."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+ROOT = Path(__file__).parents[3]
+MEASURES = ("rate", "p50_ms", "p95_ms", "p99_ms", "requests", "statuses")
+
+
+def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench", "--stores", "sqlite", "--duration", "1"),
+            *("--concurrency", "2", "--workers", "1", "--out", str(tmp_path), "--json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+
+    written = json.loads(Path(result["json_path"]).read_text())
+    assert written["stores"].keys() == {"sqlite"}
+    config = written["stores"]["sqlite"]["configurations"]["sqlite"]
+    for scenario in ("provider_direct", "invoke", "replay", "catalog", "receipts"):
+        assert set(MEASURES) <= config[scenario].keys(), scenario
+        assert config[scenario]["requests"] > 0, scenario
+    # every counted invoke was answered 200 (fresh keys), every replay too (same stored answer)
+    assert set(config["invoke"]["statuses"]) == {"200"}
+    assert set(config["replay"]["statuses"]) == {"200"}
+    assert config["ratio"] == pytest.approx(
+        config["invoke"]["rate"] / config["provider_direct"]["rate"], rel=1e-3
+    )
+    assert config["one_client"]["invoke"]["requests"] > 0
+
+    ledger = written["stores"]["sqlite"]["ledger"]
+    assert ledger["verify_ledger_balanced"] is True
+    assert ledger["held_reservations"] == 0
+    assert ledger["accepted"] == ledger["settled"] == ledger["answers_200"] > 0
+    assert ledger["every_accepted_call_settled_once"] is True

@@ -1,0 +1,168 @@
+"""The operator CLI for real: publish, hold, release-hold, then the catalog over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from builders.accounts import make_account
+from builders.catalog import SERVICE_CODE, example_contract, make_connection, make_provider
+from mercato.catalog import service as catalog
+from mercato.catalog.contracts import build_contract
+from mercato.db.runtime import Runtime
+
+pytestmark = pytest.mark.functional
+
+
+@pytest.fixture
+def env(runtime: Runtime, db_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MERCATO_ENV": "dev",
+        "MERCATO_DATABASE_URL": db_url,
+        "MERCATO_DATA_DIR": str(tmp_path / "cli-data"),
+    }
+
+
+def mercato(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mercato", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def json_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def publish_args(connection_id: str, contract: Path, *extra: str) -> list[str]:
+    return [
+        "admin", "publish", "--connection", connection_id, "--service-code", SERVICE_CODE,
+        "--display-name", "pixiv daily ranking", "--version", "v1", "--price", "10",
+        "--contract", str(contract), *extra,
+    ]  # fmt: skip
+
+
+def _is_public(runtime: Runtime) -> bool:
+    with runtime.db.read() as session:
+        listing = catalog.get_listing(session, service_code=SERVICE_CODE)
+        return catalog.is_public(session, listing_id=listing.id)
+
+
+def test_publish_hold_release_through_the_cli(
+    runtime: Runtime, env: dict[str, str], tmp_path: Path
+) -> None:
+    _, connection_id = make_provider(runtime)
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(example_contract()))
+
+    published = json_of(mercato(env, *publish_args(connection_id, contract, "--json")))
+    assert set(published) == {"serviceCode", "version", "contractDigest", "versionId"}
+    expected = build_contract(example_contract(), service_code=SERVICE_CODE, version="v1")
+    assert published["contractDigest"] == expected.contract_digest
+    assert (published["serviceCode"], published["version"]) == (SERVICE_CODE, "v1")
+    assert _is_public(runtime)
+
+    again = json_of(mercato(env, *publish_args(connection_id, contract, "--json")))
+    assert again == published
+
+    changed = mercato(env, *publish_args(connection_id, contract, "--price", "11"))
+    assert changed.returncode != 0 and "VERSION_IMMUTABLE" in changed.stderr
+
+    first = json_of(mercato(env, "admin", "hold", SERVICE_CODE, "--reason", "review", "--json"))
+    second = json_of(mercato(env, "admin", "hold", SERVICE_CODE, "--reason", "report", "--json"))
+    assert set(first) == {"holdId"} and first != second
+    assert not _is_public(runtime)
+
+    assert mercato(env, "admin", "release-hold", first["holdId"]).returncode == 0
+    assert not _is_public(runtime)
+    assert mercato(env, "admin", "release-hold", second["holdId"]).returncode == 0
+    assert _is_public(runtime)
+
+    twice = mercato(env, "admin", "release-hold", first["holdId"])
+    assert twice.returncode != 0 and "HOLD_ALREADY_RELEASED" in twice.stderr
+
+
+def test_cli_refusals(runtime: Runtime, env: dict[str, str], tmp_path: Path) -> None:
+    owner_id = make_account(runtime.db, "provider@example.com")
+    pending = make_connection(runtime, owner_id, approved=False)
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(example_contract()))
+    refused = mercato(env, *publish_args(pending, contract))
+    assert refused.returncode != 0 and "CONNECTION_NOT_APPROVED" in refused.stderr
+
+    approved = make_connection(runtime, owner_id, name="approved")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(example_contract(providerOutcomes=["SUCCEEDED"])))
+    invalid = mercato(env, *publish_args(approved, broken))
+    assert invalid.returncode != 0 and "INVALID_CONTRACT" in invalid.stderr
+    broken.write_text("{not json")
+    assert "INVALID_CONTRACT" in mercato(env, *publish_args(approved, broken)).stderr
+
+    unknown = mercato(env, "admin", "hold", "nobody.here", "--reason", "x")
+    assert unknown.returncode != 0 and "LISTING_NOT_FOUND" in unknown.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mercato", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            assert process.poll() is None, "the server exited"
+            try:
+                if httpx.get(f"{base}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.1)  # polling a condition with a bounded deadline
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_cli_publication_is_served_over_http(
+    runtime: Runtime, env: dict[str, str], tmp_path: Path, server: str
+) -> None:
+    _, connection_id = make_provider(runtime)
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(example_contract()))
+    published = json_of(mercato(env, *publish_args(connection_id, contract, "--json")))
+    url = f"{server}/v1/catalog/listings/{SERVICE_CODE}/versions/v1/contract"
+    response = httpx.get(url)
+    assert response.status_code == 200
+    assert response.json()["contractDigest"] == published["contractDigest"]
+    assert response.headers["etag"] == f'"{published["contractDigest"]}"'
+    assert httpx.get(url, headers={"If-None-Match": response.headers["etag"]}).status_code == 304

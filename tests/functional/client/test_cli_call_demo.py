@@ -1,0 +1,96 @@
+"""`mercato call` and `mercato catalog` against `mercato up`'s demo: real processes throughout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builders.demo import UpProcess, free_port
+from mercato.client import MercatoClient
+
+pytestmark = pytest.mark.functional
+
+SERVICE = "pixiv.daily-ranking"
+
+
+@pytest.fixture
+def demo(db_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
+    env.update(MERCATO_DATA_DIR=str(tmp_path / "var"), MERCATO_DATABASE_URL=db_url)
+    up = UpProcess(["--json", "--port", str(free_port())], env, tmp_path / "up.stderr.log")
+    try:
+        yield up.ready_json()
+    finally:
+        up.stop()
+        up.kill()
+
+
+def call(demo: dict[str, Any], *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
+    env.update(MERCATO_URL=demo["url"], MERCATO_API_KEY=demo["apiKey"])
+    return subprocess.run(
+        [sys.executable, "-m", "mercato", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_mercato_call_prints_the_ranking_and_saves_verified_thumbnails(
+    demo: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "thumbnails"
+    payload = json.dumps({"chart": "illust", "limit": 5})
+
+    ran = call(demo, "call", SERVICE, "v1", "--input", "-", "--out", str(out), stdin=payload)
+
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["chart"] == "illust"
+    assert [e["rank"] for e in result["entries"]] == [1, 2, 3, 4, 5]
+    saved = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in out.iterdir()}
+    assert set(saved) == {e["thumbnailDigest"] for e in result["entries"]}
+    assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in saved.values())
+    assert "\r" not in ran.stderr  # no spinner when stderr is not a terminal
+    assert demo["apiKey"] not in ran.stderr + ran.stdout
+
+
+def test_mercato_call_with_a_key_is_one_charge_failures_are_one_line_and_catalog_lists(
+    demo: dict[str, Any], tmp_path: Path
+) -> None:
+    payload = json.dumps({"chart": "manga", "limit": 3})
+    source = tmp_path / "input.json"
+    source.write_text(payload)
+    with MercatoClient(demo["url"], demo["apiKey"]) as client:
+        before = client.balance().available
+
+        first = call(demo, "call", SERVICE, "v1", "--input", str(source), "--key", "k-1", stdin="")
+        again = call(demo, "call", SERVICE, "v1", "--input", "-", "--key", "k-1", stdin=payload)
+        failed = call(demo, "call", SERVICE, "v1", "--input", "-", stdin='{"chart": "nope"}')
+
+        after = client.balance().available
+
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert json.loads(first.stdout) == json.loads(again.stdout)
+    assert before - after == 10  # the replay under the same key spent nothing
+    assert failed.returncode == 1 and failed.stdout == ""
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith("error: PROVIDER_DEFINED_FAILURE: ") and "INVALID_CHART" in line
+
+    text = call(demo, "catalog", "--url", demo["url"], stdin="")
+    as_json = call(demo, "catalog", "--json", stdin="")
+    assert text.returncode == 0, text.stderr
+    assert SERVICE in text.stdout and "v1  10 points" in text.stdout
+    (listing,) = [i for i in json.loads(as_json.stdout)["items"] if i["serviceCode"] == SERVICE]
+    assert listing["versions"] == [{"version": "v1", "price": 10}]

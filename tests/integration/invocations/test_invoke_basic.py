@@ -1,0 +1,60 @@
+"""The invoke happy path, the receipt and the balance."""
+
+from __future__ import annotations
+
+from builders.invocation_world import PRICE, SERVICE, World
+
+
+def test_success_settles_and_receipt_tells_it(world: World) -> None:
+    response = world.invoke({"n": 7})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    invocation_id = body["invocationId"]
+    assert body == {"invocationId": invocation_id, "result": {"echo": {"n": 7}}}
+    assert response.headers["RateLimit-Policy"] == '"standard";q=60;w=60'
+    assert response.headers["RateLimit"].startswith('"standard";r=59;t=')
+    assert world.balances() == (100 - PRICE, 0)
+    assert world.earnings() == 7
+    key = world.provider_key(invocation_id)
+    assert world.provider.executions[key] == 1
+    # No caller header reaches the provider: only its own credential and the platform key.
+    sent = world.provider.seen_headers[-1]
+    assert sent["Idempotency-Key"] == key and "key-1" not in sent.values()
+
+    receipt = world.get(f"/v1/invocations/{invocation_id}").json()
+    assert receipt["settlement"] == "SETTLED" and receipt["actualSpend"] == PRICE
+    assert set(receipt) == {
+        "invocationId",
+        "serviceCode",
+        "version",
+        "contractDigest",
+        "status",
+        "settlement",
+        "listedPrice",
+        "actualSpend",
+        "createdAt",
+        "settledAt",
+        "refundedAt",
+        "errorCode",
+        "artifacts",
+        "idempotencyKey",
+        "channel",
+    }
+    assert (receipt["serviceCode"], receipt["version"], receipt["status"]) == (
+        SERVICE,
+        "v1",
+        "SUCCEEDED",
+    )
+    assert (receipt["idempotencyKey"], receipt["channel"]) == ("key-1", "API_KEY")
+    assert world.get("/v1/balance").json() == {"available": 90, "reserved": 0}
+
+
+def test_replay_returns_same_body_and_spends_nothing(world: World) -> None:
+    first = world.invoke({"n": 1})
+    again = world.invoke({"n": 1})
+    assert again.status_code == 200
+    assert again.content == first.content
+    assert world.balances() == (90, 0)
+    assert sum(world.provider.executions.values()) == 1
+    # A replay does not consume quota either.
+    assert world.get("/v1/rate-limit").json()["accepted"] == 1

@@ -1,0 +1,103 @@
+"""Fixed-window quotas: exactly `limit` slots per window, race-free, on both backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+from builders.accounts import make_account
+from mercato.db.runtime import Runtime
+from mercato.quotas import service as quotas
+from mercato.quotas.errors import RateLimitExceeded
+from mercato.quotas.schemas import Policy
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
+POLICY = Policy("standard", 3, 60)
+
+
+def take(runtime: Runtime, account_id: str, now: dt.datetime, policy: Policy = POLICY) -> int:
+    with runtime.db.transaction() as session:
+        return quotas.take_slot(session, account_id=account_id, policy=policy, now=now).accepted
+
+
+def test_window_allows_limit_then_refuses_with_spec_body(runtime: Runtime) -> None:
+    account = make_account(runtime.db)
+    assert [take(runtime, account, T0) for _ in range(3)] == [1, 2, 3]
+    with pytest.raises(RateLimitExceeded) as refused:
+        take(runtime, account, T0 + dt.timedelta(seconds=5))
+    error = refused.value
+    assert error.status == 429 and error.code == "RATE_LIMIT_EXCEEDED"
+    # The window is [12:00:00, 12:01:00); 45 s remain at 12:00:15.
+    assert error.extra == {"policy": "standard", "limit": 3, "windowSeconds": 60, "retryAfter": 45}
+    assert error.headers["Retry-After"] == "45"
+    assert error.headers["RateLimit-Policy"] == '"standard";q=3;w=60'
+    assert error.headers["RateLimit"] == '"standard";r=0;t=45'
+    with runtime.db.read() as session:
+        status = quotas.status(session, account_id=account, policy=POLICY, now=T0)
+    assert status.to_json() == {
+        "policy": "standard",
+        "limit": 3,
+        "windowSeconds": 60,
+        "accepted": 3,
+        "remaining": 0,
+        "resetAt": "2026-03-01T12:01:00Z",
+    }
+
+
+def test_next_window_starts_fresh_and_refusal_consumes_nothing(runtime: Runtime) -> None:
+    account = make_account(runtime.db)
+    for _ in range(3):
+        take(runtime, account, T0)
+    with pytest.raises(RateLimitExceeded):
+        take(runtime, account, T0)
+    assert take(runtime, account, T0 + dt.timedelta(seconds=50)) == 1
+    with runtime.db.read() as session:
+        status = quotas.status(
+            session, account_id=account, policy=POLICY, now=T0 + dt.timedelta(seconds=51)
+        )
+    assert (status.accepted, status.remaining) == (1, 2)
+
+
+def test_accounts_have_independent_windows_and_overrides(runtime: Runtime) -> None:
+    first = make_account(runtime.db, "a@example.com")
+    second = make_account(runtime.db, "b@example.com")
+    for _ in range(3):
+        take(runtime, first, T0)
+    assert take(runtime, second, T0) == 1
+    with runtime.db.transaction() as session:
+        quotas.set_quota(
+            session, account_id=second, policy="gold", limit=5, window_seconds=10, now=T0
+        )
+    with runtime.db.read() as session:
+        policy = quotas.policy_for(session, account_id=second, default=POLICY)
+    assert policy == Policy("gold", 5, 10)
+    assert [take(runtime, second, T0, policy) for _ in range(5)] == [1, 2, 3, 4, 5]
+    with pytest.raises(RateLimitExceeded):
+        take(runtime, second, T0, policy)
+
+
+def test_concurrent_takers_get_exactly_limit_slots(runtime: Runtime) -> None:
+    account = make_account(runtime.db)
+    policy = Policy("standard", 7, 60)
+    barrier = threading.Barrier(20)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            take(runtime, account, T0, policy)
+            result = "ok"
+        except RateLimitExceeded:
+            result = "limited"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=worker) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("ok") == 7 and outcomes.count("limited") == 13

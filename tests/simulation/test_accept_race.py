@@ -1,0 +1,64 @@
+"""Regression found by the simulation (seed 5000, step 529 on PostgreSQL): a same-key twin that
+spends the caller's last points must make the first request a replay of the twin's answer,
+not a 402, because a replay comes before any points check (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mercato.core.clock import FakeClock
+from mercato.db import models
+from mercato.invocations import flows
+from mercato.simulation.provider import Knobs
+from mercato.simulation.trace import Recorder
+from mercato.simulation.world import SERVICE, START, Crasher, Patcher, build_world, seams
+
+
+def test_twin_spending_the_last_points_is_replayed_not_refused(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models.load_all()
+    recorder, clock, errors = Recorder(), FakeClock(START), []
+    with seams(Patcher(), clock, Crasher(recorder), seed=0, on_logged_error=errors.append):
+        world = build_world(db_url, tmp_path / "data", clock, recorder, random.Random(0))
+        world.provider.knobs = Knobs(0, 0, 0, 0, 0, 0, 0, 0)  # every call succeeds at once
+        caller = world.callers[3]  # 40 points; v1 costs 10
+
+        def post(key: str) -> httpx.Response:
+            return world.http.post(
+                f"/v1/services/{SERVICE}/versions/v1:invoke",
+                content=b'{"n": 1}',
+                headers={"Authorization": f"Bearer {caller.api_key}", "Idempotency-Key": key},
+            )
+
+        try:
+            for index in range(3):
+                clock.advance(10)  # this caller may make 2 calls per 10 s
+                assert post(f"spend-{index}").status_code == 200
+            clock.advance(10)
+            original = flows.in_transaction
+            twin: list[httpx.Response] = []
+            raced: list[bool] = []
+
+            def racing(runtime: Any, work: Any) -> Any:
+                # The twin is accepted after our replay check, just before our accept
+                # transaction opens (not inside it: its locks would make the twin wait on us).
+                if not raced:
+                    raced.append(True)
+                    twin.append(post("last"))
+                return original(runtime, work)
+
+            monkeypatch.setattr(flows, "in_transaction", racing)
+            first = post("last")
+        finally:
+            world.close()
+
+    assert twin[0].status_code == 200
+    assert (first.status_code, first.content) == (200, twin[0].content)
+    assert len(world.provider.exchanges) == 4  # three spends and one execution for "last"
+    assert errors == []

@@ -1,0 +1,130 @@
+"""Structured logs: one JSON object per line, the request id from the contextvar, no secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mercato.core.logs import (
+    REDACTED,
+    json_handler,
+    register_secret,
+    request_id_var,
+    sane_request_id,
+    scrub,
+)
+
+
+@pytest.fixture
+def capture() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    stream = io.StringIO()
+    logger = logging.getLogger("mercato.test.logs")
+    handler = json_handler(stream)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    yield logger, stream
+    logger.removeHandler(handler)
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_line_is_one_json_object_with_the_request_id_and_extra_fields(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    token = request_id_var.set("req-123")
+    try:
+        logger.info("served %s", "thing", extra={"status": 200, "route": "/v1/x"})
+    finally:
+        request_id_var.reset(token)
+    logger.warning("outside")
+    inside, outside = _lines(stream)
+    assert inside["msg"] == "served thing"
+    assert (inside["level"], inside["logger"]) == ("INFO", "mercato.test.logs")
+    assert (inside["request_id"], inside["status"], inside["route"]) == ("req-123", 200, "/v1/x")
+    assert inside["ts"].endswith("+00:00")
+    assert outside["request_id"] is None
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "mercato_live_0123456789abcdefABCDEF",
+        "mercato_at_eyJhbGciOiJIUzI1NiJ9.payload.sig-_",
+        "mercato_rt_abcdefghijklmnop",
+    ],
+)
+def test_platform_tokens_are_redacted_in_messages_fields_and_tracebacks(
+    capture: tuple[logging.Logger, io.StringIO], secret: str
+) -> None:
+    logger, stream = capture
+    logger.info("got %s", secret, extra={"note": f"key={secret}", "items": [secret]})
+    try:
+        raise ValueError(f"bad credential {secret}")
+    except ValueError:
+        logger.exception("failed")
+    text = stream.getvalue()
+    assert secret not in text
+    assert REDACTED in text
+    first, second = _lines(stream)
+    assert first["msg"].startswith("got mercato_")
+    assert "ValueError" in second["exc"]
+
+
+def test_authorization_values_and_secret_named_fields_are_redacted(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    logger.info(
+        "headers %s",
+        {"Authorization": "Bearer opaque-provider-token-123"},
+        extra={"password": "hunter2hunter2", "credential": "c-0123456789", "count": 3},
+    )
+    logger.info("Authorization: Basic dXNlcjpwYXNz")
+    text = stream.getvalue()
+    for secret in ("opaque-provider-token-123", "hunter2hunter2", "c-0123456789", "dXNlcjpwYXNz"):
+        assert secret not in text
+    line = _lines(stream)[0]
+    assert (line["password"], line["credential"], line["count"]) == (REDACTED, REDACTED, 3)
+
+
+def test_registered_secrets_never_appear_literally(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    credential = "free-form provider credential 9f8e7d6c"
+    register_secret(credential)
+    logger.error("provider said: %s", f"unknown key {credential}!", extra={"detail": credential})
+    assert credential not in stream.getvalue()
+    assert scrub(f"x{credential}y") == f"x{REDACTED}y"
+
+
+def test_short_values_are_not_registered_as_secrets() -> None:
+    register_secret("abc")
+    assert scrub("abc") == "abc"
+
+
+@pytest.mark.parametrize(
+    ("incoming", "kept"),
+    [
+        ("abc-123_DEF.4:5", True),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("has space", False),
+        ("tab\there", False),
+        ("", False),
+        ("mercato_live_abcdef", False),
+        ("ünïcode", False),
+        (None, False),
+    ],
+)
+def test_only_sane_incoming_request_ids_are_kept(incoming: str | None, kept: bool) -> None:
+    assert sane_request_id(incoming) == (incoming if kept else None)

@@ -1,0 +1,223 @@
+"""ProviderClient over real sockets: no redirects, bounded bodies, deadlines, errors, no secrets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builders.listeners import Listener, listener, read_request, respond
+from mercato.dispatch.client import ArtifactFetchError, ProviderClient, RawAnswer
+from mercato.providers.schemas import DispatchTarget
+from mercato.settings import Settings
+
+SECRET = "cred-Zq8wPq3Lr5TtY7uV"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[ProviderClient]:
+    settings = Settings(env="dev", data_dir=tmp_path, provider_timeout_seconds=5)
+    with ProviderClient(settings) as provider_client:
+        yield provider_client
+
+
+def target(url: str) -> DispatchTarget:
+    return DispatchTarget(connection_id="pcon_c", base_url=url, credential=SECRET, approved=True)
+
+
+def http(status: str, body: bytes, *, headers: str = "") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n{headers}\r\n"
+    ).encode() + body
+
+
+def test_execute_sends_only_the_wrapped_payload_with_credential_and_key(
+    client: ProviderClient,
+) -> None:
+    captured: list[bytes] = []
+    envelope = b'{"outcome":"SUCCEEDED","correlationId":"j1","result":{}}'
+
+    def script(conn: socket.socket, _: Listener) -> None:
+        captured.append(read_request(conn))
+        conn.sendall(http("200 OK", envelope))
+
+    with listener(script) as provider:
+        answer = client.execute(
+            target(provider.url),
+            idempotency_key="inv_123:1",
+            payload_bytes=b'{"chart":"overall"}',
+            response_max_bytes=1024,
+            timeout=5,
+        )
+    assert (answer.status, answer.body, answer.error) == (200, envelope, None)
+    head, _, body = captured[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/executions HTTP/1.1")
+    assert json.loads(body) == {"payload": {"chart": "overall"}}
+    lowered = head.lower()
+    assert f"authorization: bearer {SECRET}".lower().encode() in lowered
+    assert b"idempotency-key: inv_123:1" in lowered
+    assert b"content-type: application/json" in lowered
+
+
+def test_reconcile_sends_the_key(client: ProviderClient) -> None:
+    captured: list[bytes] = []
+
+    def script(conn: socket.socket, _: Listener) -> None:
+        captured.append(read_request(conn))
+        conn.sendall(http("202 Accepted", b'{"outcome":"UNKNOWN_OUTCOME","correlationId":"j"}'))
+
+    with listener(script) as provider:
+        answer = client.reconcile(
+            target(provider.url), idempotency_key="k-1", response_max_bytes=1024, timeout=5
+        )
+    assert answer.status == 202
+    head, _, body = captured[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/reconciliations")
+    assert json.loads(body) == {"providerIdempotencyKey": "k-1"}
+
+
+def test_redirect_is_returned_as_is_and_never_followed(client: ProviderClient) -> None:
+    with listener(respond(http("200 OK", b"{}"))) as elsewhere:
+        location = f"Location: {elsewhere.url}/v1/executions\r\n"
+        with listener(respond(http("307 Temporary Redirect", b"", headers=location))) as provider:
+            answer = client.execute(
+                target(provider.url),
+                idempotency_key="k",
+                payload_bytes=b'{"a":1}',
+                response_max_bytes=1024,
+                timeout=5,
+            )
+        assert (answer.status, answer.error) == (307, "redirect")
+        assert elsewhere.count() == 0
+
+
+@pytest.mark.parametrize("size", [100, 101, 5000])
+def test_body_over_the_limit_with_content_length(client: ProviderClient, size: int) -> None:
+    with listener(respond(http("200 OK", b"x" * size))) as provider:
+        answer = client.get(target(provider.url), "/big", with_credential=False, max_bytes=100)
+    if size <= 100:
+        assert (answer.error, answer.body) == (None, b"x" * size)
+    else:
+        assert (answer.status, answer.body, answer.error) == (200, None, "too_large")
+
+
+def _unbounded(conn: socket.socket, listener_state: Listener) -> None:
+    """No Content-Length: chunked, and it never stops on its own."""
+    read_request(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"y" * 4096
+    while not listener_state.release.is_set():
+        conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+
+
+def test_body_over_the_limit_without_content_length(client: ProviderClient) -> None:
+    with listener(_unbounded) as provider:
+        answer = client.get(target(provider.url), "/big", with_credential=False, max_bytes=10_000)
+    assert (answer.status, answer.body, answer.error) == (200, None, "too_large")
+
+
+def test_close_delimited_body_over_the_limit(client: ProviderClient) -> None:
+    raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"z" * 50_000
+    with listener(respond(raw)) as provider:
+        answer = client.get(target(provider.url), "/big", with_credential=False, max_bytes=1000)
+    assert answer.error == "too_large"
+
+
+def _silent(conn: socket.socket, listener_state: Listener) -> None:
+    read_request(conn)
+    listener_state.release.wait(30)
+
+
+def test_no_answer_is_a_timeout(client: ProviderClient) -> None:
+    with listener(_silent) as provider:
+        answer = client.execute(
+            target(provider.url),
+            idempotency_key="k",
+            payload_bytes=b'{"a":1}',
+            response_max_bytes=1024,
+            timeout=0.3,
+        )
+    assert (answer.status, answer.body, answer.error) == (None, None, "timeout")
+
+
+def _trickle(conn: socket.socket, listener_state: Listener) -> None:
+    """Slowloris: a byte now and then, each well inside the per-read timeout."""
+    read_request(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+    while not listener_state.release.wait(0.05):
+        conn.sendall(b"a")
+
+
+def test_a_trickling_body_is_cut_off_by_the_whole_call_deadline(client: ProviderClient) -> None:
+    with listener(_trickle) as provider:
+        answer = client.get(
+            target(provider.url), "/slow", with_credential=False, max_bytes=200_000, timeout=0.5
+        )
+    assert (answer.status, answer.error) == (200, "timeout")
+
+
+def test_connection_dropped_mid_body_is_a_read_error(client: ProviderClient) -> None:
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b'{"outcome":'
+    with listener(respond(raw)) as provider:
+        answer = client.get(target(provider.url), "/x", with_credential=False, max_bytes=4096)
+    assert (answer.body, answer.error) == (None, "read")
+
+
+def test_connection_dropped_before_any_answer_is_a_read_error(client: ProviderClient) -> None:
+    with listener(lambda conn, _: read_request(conn) and None) as provider:
+        answer = client.get(target(provider.url), "/x", with_credential=False, max_bytes=4096)
+    assert (answer.status, answer.error) == (None, "read")
+
+
+def test_nothing_listening_is_a_connect_error(client: ProviderClient) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    answer = client.get(target(f"http://127.0.0.1:{port}"), "/", with_credential=False, max_bytes=1)
+    assert (answer.status, answer.error) == (None, "connect")
+
+
+def test_fetch_artifact_verifies_the_digest(client: ProviderClient) -> None:
+    blob = b"\x89PNG fake image bytes"
+    digest = hashlib.sha256(blob).hexdigest()
+    with listener(respond(http("200 OK", blob))) as provider:
+        assert client.fetch_artifact(target(provider.url), digest, max_bytes=1024) == blob
+    with (
+        listener(respond(http("200 OK", blob + b"!"))) as provider,
+        pytest.raises(ArtifactFetchError, match="digest_mismatch"),
+    ):
+        client.fetch_artifact(target(provider.url), digest, max_bytes=1024)
+    with (
+        listener(respond(http("200 OK", blob))) as provider,
+        pytest.raises(ArtifactFetchError, match="too_large"),
+    ):
+        client.fetch_artifact(target(provider.url), digest, max_bytes=4)
+
+
+def test_credential_never_reaches_answers_or_logs(
+    client: ProviderClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    answers: list[RawAnswer] = []
+    ok = http("200 OK", b'{"outcome":"SUCCEEDED","correlationId":"j","result":{}}')
+    for script in (respond(ok), _silent, respond(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")):
+        with listener(script) as provider:
+            answers.append(
+                client.execute(
+                    target(provider.url),
+                    idempotency_key="k",
+                    payload_bytes=b'{"a":1}',
+                    response_max_bytes=1024,
+                    timeout=0.3,
+                )
+            )
+    assert [a.error for a in answers] == [None, "timeout", "read"]
+    assert all(SECRET not in repr(answer) for answer in answers)
+    assert SECRET not in repr(target("http://x"))
+    assert caplog.records, "debug logging was captured"
+    assert SECRET not in caplog.text

@@ -1,0 +1,303 @@
+"""Worked examples: each scenario posts transfers and then asserts every balance it touched."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from builders.ledger import Book, book, ledger_account, verified
+from mercato.core.clock import utcnow
+from mercato.db.uow import Database
+from mercato.ledger import service
+from mercato.ledger.errors import (
+    InsufficientPoints,
+    InvalidLedgerInput,
+    RefundBlocked,
+    ReservationAlreadyRefunded,
+    ReservationAlreadyResolved,
+    ReservationExists,
+    ReservationNotFound,
+    ReservationNotSettled,
+)
+from mercato.ledger.models import LedgerEntry, LedgerTransfer, Reservation
+from mercato.ledger.schemas import ReservationState
+
+
+def _grant(db: Database, account: str, amount: int) -> None:
+    with db.transaction() as session:
+        service.grant(session, account_id=account, amount=amount, now=utcnow(), memo="welcome")
+
+
+def _reserve(db: Database, account: str, amount: int, reference: str) -> str:
+    with db.transaction() as session:
+        return service.reserve(
+            session, account_id=account, amount=amount, reference=reference, now=utcnow()
+        )
+
+
+def _settle(db: Database, reservation: str, provider: str, bps: int) -> None:
+    with db.transaction() as session:
+        service.settle(
+            session,
+            reservation_id=reservation,
+            provider_account_id=provider,
+            provider_share_bps=bps,
+            now=utcnow(),
+        )
+
+
+def _release(db: Database, reservation: str) -> None:
+    with db.transaction() as session:
+        service.release(session, reservation_id=reservation, now=utcnow())
+
+
+def _refund(db: Database, reservation: str) -> None:
+    with db.transaction() as session:
+        service.refund(session, reservation_id=reservation, now=utcnow())
+
+
+def _state(db: Database, reservation: str) -> ReservationState:
+    with db.read() as session:
+        return service.get_reservation(session, reservation_id=reservation).state
+
+
+def _transfer_count(db: Database) -> int:
+    with db.read() as session:
+        return session.execute(select(func.count()).select_from(LedgerTransfer)).scalar_one()
+
+
+def test_grant_reserve_settle_splits_the_price(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    assert book(db, caller) == Book(
+        available={caller: 100},
+        reserved={caller: 0},
+        earnings={caller: 0},
+        revenue=0,
+        issuance=-100,
+    )
+
+    held = _reserve(db, caller, 10, "inv_1")
+    after_reserve = book(db, caller, provider)
+    assert after_reserve.available == {caller: 90, provider: 0}
+    assert after_reserve.reserved == {caller: 10, provider: 0}
+
+    _settle(db, held, provider, 7000)  # the provider keeps 70 %
+    assert book(db, caller, provider) == Book(
+        available={caller: 90, provider: 0},
+        reserved={caller: 0, provider: 0},
+        earnings={caller: 0, provider: 7},
+        revenue=3,
+        issuance=-100,
+    )
+    assert _state(db, held) is ReservationState.SETTLED
+    report = verified(db)
+    assert report.balanced, report.problems
+    assert (report.issued, report.available, report.earnings, report.revenue) == (100, 90, 7, 3)
+
+
+def test_settle_posts_three_legs_that_sum_to_zero(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    _settle(db, held, provider, 7000)
+    with db.read() as session:
+        transfer = session.execute(
+            select(LedgerTransfer).where(
+                LedgerTransfer.reference == held, LedgerTransfer.kind == "settle"
+            )
+        ).scalar_one()
+        legs = sorted(
+            session.execute(
+                select(LedgerEntry.amount).where(LedgerEntry.transfer_id == transfer.id)
+            ).scalars()
+        )
+    assert legs == [-10, 3, 7]
+
+
+def test_provider_leg_rounds_down_and_the_platform_gets_the_remainder(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    _settle(db, _reserve(db, caller, 10, "inv_1"), provider, 3333)  # 3.333 → 3
+    _settle(db, _reserve(db, caller, 7, "inv_2"), provider, 10_000)  # everything
+    _settle(db, _reserve(db, caller, 5, "inv_3"), provider, 0)  # nothing
+    after = book(db, caller, provider)
+    assert after.earnings[provider] == 3 + 7 + 0
+    assert after.revenue == 7 + 0 + 5
+    assert after.available[caller] == 100 - 22
+    assert verified(db).balanced
+
+
+def test_reserve_then_release_returns_every_point(db: Database) -> None:
+    caller = ledger_account(db, "caller")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    _release(db, held)
+    assert book(db, caller) == Book(
+        available={caller: 100},
+        reserved={caller: 0},
+        earnings={caller: 0},
+        revenue=0,
+        issuance=-100,
+    )
+    assert _state(db, held) is ReservationState.RELEASED
+    assert verified(db).balanced
+
+
+def test_settle_then_refund_reverses_both_legs(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    _settle(db, held, provider, 7000)
+    _refund(db, held)
+    assert book(db, caller, provider) == Book(
+        available={caller: 100, provider: 0},
+        reserved={caller: 0, provider: 0},
+        earnings={caller: 0, provider: 0},
+        revenue=0,
+        issuance=-100,
+    )
+    with db.read() as session:
+        info = service.get_reservation(session, reservation_id=held)
+    assert info.state is ReservationState.REFUNDED
+    assert info.refunded_at is not None
+    assert (info.provider_amount, info.platform_amount) == (7, 3)
+    assert verified(db).balanced
+
+
+def test_refund_is_blocked_while_earnings_are_paid_out_then_succeeds(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    other = ledger_account(db, "other-caller")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    _settle(db, held, provider, 7000)
+    with db.transaction() as session:
+        service.payout(session, account_id=provider, amount=5, now=utcnow(), memo="bank run")
+    before, transfers = book(db, caller, provider), _transfer_count(db)
+
+    with pytest.raises(RefundBlocked) as blocked:
+        _refund(db, held)
+
+    assert (blocked.value.status, blocked.value.code) == (409, "REFUND_BLOCKED")
+    assert book(db, caller, provider) == before  # nothing moved
+    assert _transfer_count(db) == transfers
+    assert _state(db, held) is ReservationState.SETTLED
+    assert verified(db).balanced
+
+    # The provider earns again; the retried refund now posts.
+    _grant(db, other, 10)
+    _settle(db, _reserve(db, other, 10, "inv_2"), provider, 7000)
+    _refund(db, held)
+    after = book(db, caller, provider)
+    assert after.available[caller] == 100
+    assert after.earnings[provider] == 7 - 5 + 7 - 7
+    assert after.revenue == 3 + 3 - 3
+    assert _state(db, held) is ReservationState.REFUNDED
+    report = verified(db)
+    assert report.balanced, report.problems
+    assert report.issued == 110 - 5  # the payout retired 5 points
+
+
+def test_a_reservation_resolves_exactly_once(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    settled = _reserve(db, caller, 10, "inv_1")
+    _settle(db, settled, provider, 5000)
+    released = _reserve(db, caller, 10, "inv_2")
+    _release(db, released)
+    before = book(db, caller, provider)
+
+    for again in (
+        lambda: _settle(db, settled, provider, 5000),
+        lambda: _release(db, settled),
+        lambda: _settle(db, released, provider, 5000),
+        lambda: _release(db, released),
+    ):
+        with pytest.raises(ReservationAlreadyResolved) as err:
+            again()
+        assert (err.value.status, err.value.code) == (409, "RESERVATION_ALREADY_RESOLVED")
+    assert book(db, caller, provider) == before
+    assert verified(db).balanced
+
+
+def test_only_a_settled_reservation_can_be_refunded_and_only_once(db: Database) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    with pytest.raises(ReservationNotSettled):
+        _refund(db, held)
+    _release(db, held)
+    with pytest.raises(ReservationNotSettled):
+        _refund(db, held)
+    settled = _reserve(db, caller, 10, "inv_2")
+    _settle(db, settled, provider, 5000)
+    _refund(db, settled)
+    with pytest.raises(ReservationAlreadyRefunded):
+        _refund(db, settled)
+    assert book(db, caller).available[caller] == 100
+    with pytest.raises(ReservationNotFound):
+        _refund(db, "res_missing")
+    assert verified(db).balanced
+
+
+def test_over_reserving_is_refused_and_changes_nothing(db: Database) -> None:
+    caller = ledger_account(db, "caller")
+    _grant(db, caller, 15)
+    _reserve(db, caller, 10, "inv_1")
+    before, transfers = book(db, caller), _transfer_count(db)
+    with pytest.raises(InsufficientPoints) as err:
+        _reserve(db, caller, 10, "inv_2")
+    assert (err.value.status, err.value.code) == (402, "INSUFFICIENT_POINTS")
+    assert book(db, caller) == before
+    assert _transfer_count(db) == transfers
+    with db.read() as session:
+        assert service.find_reservation(session, reference="inv_2") is None
+    never_granted = ledger_account(db, "broke")
+    with pytest.raises(InsufficientPoints):
+        _reserve(db, never_granted, 1, "inv_3")
+    assert verified(db).balanced
+
+
+def test_a_refused_operation_leaves_nothing_in_the_callers_transaction(db: Database) -> None:
+    caller = ledger_account(db, "caller")
+    with db.transaction() as session:
+        service.grant(session, account_id=caller, amount=10, now=utcnow())
+        with pytest.raises(InsufficientPoints):
+            service.reserve(session, account_id=caller, amount=20, reference="inv_1", now=utcnow())
+        # The caller carries on and commits: the failed reserve must not be half there.
+    assert book(db, caller).available == {caller: 10}
+    assert book(db, caller).reserved == {caller: 0}
+    with db.read() as session:
+        assert session.execute(select(func.count()).select_from(Reservation)).scalar_one() == 0
+    assert verified(db).balanced
+
+
+def test_a_reference_is_reserved_only_once(db: Database) -> None:
+    caller = ledger_account(db, "caller")
+    _grant(db, caller, 100)
+    _reserve(db, caller, 10, "inv_1")
+    with pytest.raises(ReservationExists):
+        _reserve(db, caller, 10, "inv_1")
+    assert book(db, caller).available == {caller: 90}
+    assert verified(db).balanced
+
+
+@pytest.mark.parametrize("amount", [0, -1, True, 1.5, "10", 10**16])
+def test_amounts_must_be_positive_integers(db: Database, amount: object) -> None:
+    caller = ledger_account(db, "caller")
+    with pytest.raises(InvalidLedgerInput) as err:
+        _grant(db, caller, amount)  # type: ignore[arg-type]
+    assert err.value.status == 400
+    with pytest.raises(InvalidLedgerInput):
+        _reserve(db, caller, amount, "inv_1")  # type: ignore[arg-type]
+    assert _transfer_count(db) == 0
+
+
+@pytest.mark.parametrize("bps", [-1, 10_001, 50.0, None])
+def test_provider_share_must_be_basis_points(db: Database, bps: object) -> None:
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 100)
+    held = _reserve(db, caller, 10, "inv_1")
+    with pytest.raises(InvalidLedgerInput):
+        _settle(db, held, provider, bps)  # type: ignore[arg-type]
+    assert _state(db, held) is ReservationState.HELD

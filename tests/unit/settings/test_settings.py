@@ -1,0 +1,45 @@
+"""Settings fail closed outside dev mode."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from mercato.settings import Settings
+
+
+def test_production_requires_a_secret_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MERCATO_SECRET_KEY", raising=False)
+    monkeypatch.delenv("MERCATO_ENV", raising=False)
+    with pytest.raises(ValidationError, match="MERCATO_SECRET_KEY is required"):
+        Settings()
+
+
+def test_production_refuses_a_short_secret() -> None:
+    with pytest.raises(ValidationError, match="at least 32"):
+        Settings(env="production", secret_key="short")  # type: ignore[arg-type]
+
+
+def test_dev_generates_a_secret_and_allows_private_providers() -> None:
+    settings = Settings(env="dev")
+    assert settings.secret_key is not None
+    assert settings.private_addresses_allowed is True
+
+
+def test_production_blocks_private_providers_by_default() -> None:
+    settings = Settings(env="production", secret_key="x" * 40)  # type: ignore[arg-type]
+    assert settings.private_addresses_allowed is False
+
+
+def test_database_url_defaults_to_sqlite_under_data_dir(tmp_path: object) -> None:
+    settings = Settings(env="dev", data_dir=tmp_path)  # type: ignore[arg-type]
+    assert settings.resolved_database_url.startswith("sqlite:///")
+    assert Settings(env="dev", database_url="postgresql://u@h/db").resolved_database_url == (
+        "postgresql+psycopg://u@h/db"
+    )
+
+
+def test_derived_keys_are_separated_by_purpose() -> None:
+    settings = Settings(env="production", secret_key="k" * 40)  # type: ignore[arg-type]
+    assert settings.derived_key("a") != settings.derived_key("b")
+    assert len(settings.fernet_key("a")) == 44
