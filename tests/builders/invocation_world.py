@@ -124,7 +124,9 @@ def build_world(db_url: str, tmp_path: Path, provider: ScriptedProvider, **setti
         env="dev",
         data_dir=tmp_path / "data",
         database_url=db_url,
-        provider_timeout_seconds=settings.pop("provider_timeout_seconds", 1.0),
+        # Generous by default: a loaded CI machine must never turn an answer into a timeout.
+        # Tests that provoke timeouts on purpose pass a short one.
+        provider_timeout_seconds=settings.pop("provider_timeout_seconds", 10.0),
         redispatch_attempts=settings.pop("redispatch_attempts", 2),
         **settings,
     )

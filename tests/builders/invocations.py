@@ -200,7 +200,7 @@ class ScriptedProvider:
 
             def _send(self, act: Act) -> None:
                 if act.hang:
-                    provider.release.wait(10)
+                    provider.release.wait(30)  # until stop(); far beyond any timeout
                 if act.gate is not None:
                     act.gate.wait(30)
                 if act.drop:

@@ -7,14 +7,17 @@ proved that the provider never accepted the key (RETRYABLE_BEFORE_ACCEPT).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from builders.invocation_world import PRICE, World
+from builders.invocation_world import PRICE, World, build_world
 from builders.invocations import (
     Act,
     ConnectionCounter,
+    ScriptedProvider,
     defined,
     envelope,
     ok,
@@ -125,6 +128,15 @@ ROWS = [
         error_code="PROVIDER_UNAVAILABLE",
     ),
 ]
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[World]:
+    """A short provider timeout: the hanging rows must time out, and quickly."""
+    built = build_world(db_url, tmp_path, provider, provider_timeout_seconds=2.0)
+    yield built
+    built.provider_client.close()
+    built.runtime.db.dispose()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
