@@ -344,7 +344,7 @@ def _fail(
 ) -> InvocationView | None:
 
     def finish(session: Session) -> InvocationView | None:
-        done = invocations.finish_failure(
+        view = invocations.finish_failure(
             session,
             invocation_id=job.invocation_id,
             lease_owner=owner,
@@ -353,7 +353,7 @@ def _fail(
             now=runtime.clock.now(),
         )
         failpoints.hit("before-settle")
-        return invocations.get_view(session, invocation_id=job.invocation_id) if done else None
+        return view
 
     return in_transaction(runtime, finish)
 
@@ -387,7 +387,7 @@ def conclude(
             return _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
         def finish(session: Session) -> InvocationView | None:
-            done = invocations.finish_success(
+            view = invocations.finish_success(
                 session,
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
@@ -396,7 +396,7 @@ def conclude(
                 now=runtime.clock.now(),
             )
             failpoints.hit("before-settle")
-            return invocations.get_view(session, invocation_id=job.invocation_id) if done else None
+            return view
 
         return in_transaction(runtime, finish)
     if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
+from mercato.core.ids import new_id
 from mercato.invocations.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -68,7 +70,7 @@ _VIEW_COLUMNS = (
 )
 
 
-def _view(row: Row[Any]) -> InvocationView:
+def _view(row: Sequence[Any]) -> InvocationView:
     return InvocationView(*row)
 
 
@@ -187,9 +189,10 @@ def accept(
     A concurrent twin with the same key fails on the unique (account, key) constraint and the
     caller's transaction rolls back; the edge then answers it as a replay.
     """
-    reservation_id = ledger.reserve(
-        session, account_id=account_id, amount=version.price, reference=invocation_id, now=now
-    )
+    # The intent first: a same-key twin stops at its unique key before touching anything
+    # shared. The account's balances and its quota window, which every concurrent call of the
+    # account waits on, are locked last, right before the commit.
+    reservation_id = new_id("res")
     session.execute(
         _t.insert().values(
             id=invocation_id,
@@ -221,6 +224,14 @@ def accept(
             created_at=now,
             updated_at=now,
         )
+    )
+    ledger.reserve(
+        session,
+        account_id=account_id,
+        amount=version.price,
+        reference=invocation_id,
+        now=now,
+        reservation_id=reservation_id,
     )
     return quotas.take_slot(session, account_id=account_id, policy=policy, now=now)
 
@@ -385,19 +396,26 @@ def _finish(
     invocation_id: str,
     lease_owner: str,
     values: dict[str, Any],
-) -> Row[Any] | None:
+) -> tuple[InvocationView, Sequence[Any]] | None:
+    """Move a held invocation to its terminal state; its view and ledger facts, or None when
+    the lease was lost. The view comes back from the UPDATE itself (no second read)."""
+    settle_columns = (
+        _c.reservation_id,
+        _c.provider_account_id,
+        _c.provider_share_bps,
+        _c.has_artifact_contract,
+    )
     stmt = (
         update(_t)
         .where(_held(invocation_id, lease_owner))
         .values(lease_owner=None, lease_expires_at=None, next_attempt_at=None, **values)
-        .returning(
-            _c.reservation_id,
-            _c.provider_account_id,
-            _c.provider_share_bps,
-            _c.has_artifact_contract,
-        )
+        .returning(*_VIEW_COLUMNS, *settle_columns)
     )
-    return session.execute(stmt).first()
+    row = session.execute(stmt).first()
+    if row is None:
+        return None
+    width = len(_VIEW_COLUMNS)
+    return _view(row[:width]), row[width:]
 
 
 def finish_success(
@@ -408,9 +426,11 @@ def finish_success(
     result: bytes,
     artifacts: list[dict[str, Any]] | None,
     now: dt.datetime,
-) -> bool:
-    """SUCCEEDED: charge the reservation (and record the artifact manifest); once only."""
-    row = _finish(
+) -> InvocationView | None:
+    """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
+
+    Returns the invocation as this transaction leaves it, or None when the lease was lost."""
+    finished = _finish(
         session,
         invocation_id,
         lease_owner,
@@ -423,9 +443,12 @@ def finish_success(
             "updated_at": now,
         },
     )
-    if row is None:
-        return False
-    reservation_id, provider_account_id, share_bps, has_artifacts = row
+    if finished is None:
+        return None
+    view, (reservation_id, provider_account_id, share_bps, has_artifacts) = finished
+    if has_artifacts and artifacts:
+        _record_manifest(session, invocation_id, artifacts, now)
+    # Last: the ledger locks the balances every concurrent settlement waits on.
     ledger.settle(
         session,
         reservation_id=reservation_id,
@@ -433,9 +456,7 @@ def finish_success(
         provider_share_bps=share_bps,
         now=now,
     )
-    if has_artifacts and artifacts:
-        _record_manifest(session, invocation_id, artifacts, now)
-    return True
+    return view
 
 
 def _record_manifest(
@@ -458,9 +479,11 @@ def finish_failure(
     error_code: str,
     provider_http_status: int | None,
     now: dt.datetime,
-) -> bool:
-    """FAILED (defined failure or platform-side): release the reservation; once only."""
-    row = _finish(
+) -> InvocationView | None:
+    """FAILED (defined failure or platform-side): release the reservation; once only.
+
+    Returns the invocation as this transaction leaves it, or None when the lease was lost."""
+    finished = _finish(
         session,
         invocation_id,
         lease_owner,
@@ -473,10 +496,11 @@ def finish_failure(
             "updated_at": now,
         },
     )
-    if row is None:
-        return False
-    ledger.release(session, reservation_id=row[0], now=now)
-    return True
+    if finished is None:
+        return None
+    view, settle_facts = finished
+    ledger.release(session, reservation_id=settle_facts[0], now=now)
+    return view
 
 
 def mark_refunded(session: Session, *, invocation_id: str, now: dt.datetime) -> None:

@@ -4,9 +4,10 @@ Every operation posts one transfer whose entries sum to zero and moves the cache
 the caller's transaction (it never commits). Each runs inside a SAVEPOINT, so a refused
 operation leaves nothing behind even when the caller goes on with its transaction.
 
-Concurrency: the ledger accounts a transfer touches are locked in id order (`FOR UPDATE` on
-PostgreSQL; SQLite's `BEGIN IMMEDIATE` serialises writers), and every debit of a guarded
-balance is a conditional UPDATE (`... WHERE balance >= :n`) whose row count decides. A
+Concurrency: the ledger accounts a transfer touches are locked in id order (`FOR NO KEY
+UPDATE` on PostgreSQL; SQLite's `BEGIN IMMEDIATE` serialises writers), last in the transfer,
+and every debit of a guarded balance is conditional (`... WHERE balance >= :n`) in the one
+UPDATE that moves the balances, whose row count decides. A
 reservation resolves once: its state moves by `UPDATE ... WHERE state = :expected`.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Insert, Table, select, update
+from sqlalchemy import ColumnElement, CursorResult, Insert, Table, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -94,13 +95,22 @@ def grant(
 
 
 def reserve(
-    session: Session, *, account_id: str, amount: int, reference: str, now: dt.datetime
+    session: Session,
+    *,
+    account_id: str,
+    amount: int,
+    reference: str,
+    now: dt.datetime,
+    reservation_id: str | None = None,
 ) -> str:
-    """Hold `amount` of the account's available points for the call `reference`."""
+    """Hold `amount` of the account's available points for the call `reference`.
+
+    `reservation_id` lets a caller that records the reservation's id before reserving (the
+    invocation row does) choose it; a fresh one is made otherwise."""
     _check_amount(amount)
     if not reference or len(reference) > _REFERENCE_MAX:
         raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
-    reservation_id = new_id("res")
+    reservation_id = reservation_id or new_id("res")
 
     def short(balance: int, wanted: int) -> MercatoError:
         return InsufficientPoints(
@@ -109,6 +119,16 @@ def reserve(
 
     try:
         with session.begin_nested():
+            session.execute(
+                _RESERVATIONS.insert().values(
+                    id=reservation_id,
+                    account_id=account_id,
+                    reference=reference,
+                    amount=amount,
+                    state=ReservationState.HELD.value,
+                    created_at=now,
+                )
+            )
             _post(
                 session,
                 kind=TransferKind.RESERVE,
@@ -119,16 +139,6 @@ def reserve(
                     _Leg(account_id, AccountKind.AVAILABLE, -amount, on_short=short),
                     _Leg(account_id, AccountKind.RESERVED, amount),
                 ],
-            )
-            session.execute(
-                _RESERVATIONS.insert().values(
-                    id=reservation_id,
-                    account_id=account_id,
-                    reference=reference,
-                    amount=amount,
-                    state=ReservationState.HELD.value,
-                    created_at=now,
-                )
             )
     except IntegrityError:
         if find_reservation(session, reference=reference) is not None:
@@ -410,25 +420,21 @@ def _post(
     now: dt.datetime,
     legs: Sequence[_Leg],
 ) -> str:
-    """Post one transfer: lock its accounts in id order, move the balances, append entries."""
+    """Post one transfer: append it and its entries, then lock its accounts in id order and
+    move their balances in one conditional UPDATE.
+
+    The balances are what concurrent transfers wait on (a platform or provider account is in
+    every settlement), so they are locked last, as few round trips before the commit as the
+    transfer allows; the caller runs this inside a SAVEPOINT, so a refused debit takes the
+    appended rows back with it.
+    """
     legs = [leg for leg in legs if leg.amount != 0]
     if sum(leg.amount for leg in legs) != 0:
         raise LedgerInvariantViolated(f"{kind.value} transfer does not balance")
-    # Create missing accounts in one global (owner, kind) order, so that two transfers
-    # inserting the same new accounts wait on each other instead of deadlocking.
-    id_of: dict[tuple[str, AccountKind], str] = {}
-    for key in sorted({(leg.owner, leg.kind) for leg in legs}, key=lambda k: (k[0], k[1].value)):
-        id_of[key] = _ledger_account_id(session, key[0], key[1])
+    id_of = _account_ids(session, [(leg.owner, leg.kind) for leg in legs])
     ids = [id_of[(leg.owner, leg.kind)] for leg in legs]
-    locked = session.execute(
-        select(LedgerAccount.id, LedgerAccount.balance)
-        .where(LedgerAccount.id.in_(ids))
-        .order_by(LedgerAccount.id)
-        .with_for_update()
-    ).all()
-    balance_of: dict[str, int] = {row[0]: row[1] for row in locked}
-    for leg, account_id in sorted(zip(legs, ids, strict=True), key=lambda pair: pair[1]):
-        _move(session, leg, account_id, balance_of[account_id])
+    if len(set(ids)) != len(ids):
+        raise LedgerInvariantViolated(f"{kind.value} transfer names one account twice")
     transfer_id = new_id("trf")
     session.execute(
         _TRANSFERS.insert().values(
@@ -447,22 +453,70 @@ def _post(
             for leg, account_id in zip(legs, ids, strict=True)
         ],
     )
+    if session.get_bind().dialect.name == "postgresql":
+        # One lock order for every transfer, so two of them never deadlock. NO KEY UPDATE: the
+        # entries other transfers append only need KEY SHARE on these rows, and do not wait.
+        session.execute(
+            select(LedgerAccount.id)
+            .where(LedgerAccount.id.in_(sorted(ids)))
+            .order_by(LedgerAccount.id)
+            .with_for_update(key_share=True)
+        )
+    # (SQLite: BEGIN IMMEDIATE already serialises every writer.)
+    _move(session, list(zip(legs, ids, strict=True)))
     return transfer_id
 
 
-def _move(session: Session, leg: _Leg, account_id: str, balance: int) -> None:
+def _account_ids(
+    session: Session, keys: Sequence[tuple[str, AccountKind]]
+) -> dict[tuple[str, AccountKind], str]:
+    """The ledger account ids of (owner, kind) pairs, created when missing (one read when not)."""
+    owners = sorted({owner for owner, _ in keys})
+    rows = session.execute(
+        select(LedgerAccount.id, LedgerAccount.owner, LedgerAccount.kind).where(
+            LedgerAccount.owner.in_(owners)
+        )
+    ).all()
+    found = {(row[1], AccountKind(row[2])): row[0] for row in rows}
+    # Create missing accounts in one global (owner, kind) order, so that two transfers
+    # inserting the same new accounts wait on each other instead of deadlocking.
+    for key in sorted(set(keys) - found.keys(), key=lambda k: (k[0], k[1].value)):
+        found[key] = _ledger_account_id(session, key[0], key[1])
+    return found
+
+
+def _move(session: Session, legs: Sequence[tuple[_Leg, str]]) -> None:
+    """Move every leg's balance in one UPDATE; each debit of a guarded balance is conditional
+    (`balance >= n`), and the row count, not a balance read earlier, decides: correct under any
+    isolation level."""
     table = _ACCOUNTS
-    stmt = update(table).where(table.c.id == account_id)
-    guarded = leg.amount < 0 and leg.kind is not AccountKind.ISSUANCE
-    if guarded:
-        # The row count, not the balance read above, decides: correct under any isolation.
-        stmt = stmt.where(table.c.balance >= -leg.amount)
+    delta = case({account_id: leg.amount for leg, account_id in legs}, value=table.c.id)
+    conditions: list[ColumnElement[bool]] = [table.c.id.in_([account_id for _, account_id in legs])]
+    guarded = [(leg, account_id) for leg, account_id in legs if _guarded(leg)]
+    for leg, account_id in guarded:
+        conditions.append(or_(table.c.id != account_id, table.c.balance >= -leg.amount))
     result = cast(
-        CursorResult[Any], session.execute(stmt.values(balance=table.c.balance + leg.amount))
+        CursorResult[Any],
+        session.execute(update(table).where(*conditions).values(balance=table.c.balance + delta)),
     )
-    if result.rowcount != 1:
-        factory = leg.on_short or _invariant_broken
-        raise factory(balance, -leg.amount)
+    if result.rowcount == len(legs):
+        return
+    # Refused (the caller's SAVEPOINT takes back what did move): name the debit that was short.
+    rows = session.execute(
+        select(table.c.id, table.c.balance).where(
+            table.c.id.in_([account_id for _, account_id in guarded])
+        )
+    )
+    balance_of: dict[str, int] = {row[0]: row[1] for row in rows}
+    for leg, account_id in guarded:
+        balance = balance_of.get(account_id, 0)
+        if balance < -leg.amount:
+            raise (leg.on_short or _invariant_broken)(balance, -leg.amount)
+    raise LedgerInvariantViolated("a balance update touched fewer accounts than the transfer")
+
+
+def _guarded(leg: _Leg) -> bool:
+    return leg.amount < 0 and leg.kind is not AccountKind.ISSUANCE
 
 
 def _invariant_broken(balance: int, wanted: int) -> MercatoError:
