@@ -12,9 +12,10 @@ import binascii
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from mercato.catalog.service import InvocableVersion
@@ -69,6 +70,13 @@ _VIEW_COLUMNS = (
     _c.refunded_at,
 )
 
+# The hot path's statements, built once: building a statement costs more than running it.
+_INSERT = _t.insert()
+_FIND_BY_KEY = select(*_VIEW_COLUMNS).where(
+    _c.account_id == bindparam("account_id"), _c.idempotency_key == bindparam("idempotency_key")
+)
+_GET_VIEW = select(*_VIEW_COLUMNS).where(_c.id == bindparam("id"))
+
 
 def _view(row: Sequence[Any]) -> InvocationView:
     return InvocationView(*row)
@@ -99,15 +107,13 @@ def find_by_key(
 ) -> InvocationView | None:
     """The account's invocation for this Idempotency-Key, if any."""
     row = session.execute(
-        select(*_VIEW_COLUMNS).where(
-            _c.account_id == account_id, _c.idempotency_key == idempotency_key
-        )
+        _FIND_BY_KEY, {"account_id": account_id, "idempotency_key": idempotency_key}
     ).first()
     return None if row is None else _view(row)
 
 
 def get_view(session: Session, *, invocation_id: str) -> InvocationView:
-    row = session.execute(select(*_VIEW_COLUMNS).where(_c.id == invocation_id)).first()
+    row = session.execute(_GET_VIEW, {"id": invocation_id}).first()
     if row is None:
         raise InvocationNotFound()
     return _view(row)
@@ -194,36 +200,37 @@ def accept(
     # account waits on, are locked last, right before the commit.
     reservation_id = new_id("res")
     session.execute(
-        _t.insert().values(
-            id=invocation_id,
-            account_id=account_id,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-            channel=channel,
-            service_code=version.service_code,
-            version=version.version,
-            version_id=version.version_id,
-            contract_digest=version.contract_digest,
-            connection_id=version.connection_id,
-            provider_account_id=version.provider_account_id,
-            provider_share_bps=version.provider_share_bps,
-            price=version.price,
-            has_artifact_contract=version.has_artifact_contract,
-            response_max_bytes=version.response_max_bytes,
-            result_schema=version.contract.get("resultSchema", {}),
-            payload=payload,
-            provider_key=provider_key_for(invocation_id),
-            state=State.DISPATCHING.value,
-            settlement=Settlement.PENDING.value,
-            reservation_id=reservation_id,
-            sends=1,
-            reconciliations=0,
-            next_attempt_at=now,
-            lease_owner=lease_owner,
-            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
-            created_at=now,
-            updated_at=now,
-        )
+        _INSERT,
+        {
+            "id": invocation_id,
+            "account_id": account_id,
+            "idempotency_key": idempotency_key,
+            "fingerprint": fingerprint,
+            "channel": channel,
+            "service_code": version.service_code,
+            "version": version.version,
+            "version_id": version.version_id,
+            "contract_digest": version.contract_digest,
+            "connection_id": version.connection_id,
+            "provider_account_id": version.provider_account_id,
+            "provider_share_bps": version.provider_share_bps,
+            "price": version.price,
+            "has_artifact_contract": version.has_artifact_contract,
+            "response_max_bytes": version.response_max_bytes,
+            "result_schema": version.contract.get("resultSchema", {}),
+            "payload": payload,
+            "provider_key": provider_key_for(invocation_id),
+            "state": State.DISPATCHING.value,
+            "settlement": Settlement.PENDING.value,
+            "reservation_id": reservation_id,
+            "sends": 1,
+            "reconciliations": 0,
+            "next_attempt_at": now,
+            "lease_owner": lease_owner,
+            "lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+            "created_at": now,
+            "updated_at": now,
+        },
     )
     ledger.reserve(
         session,
@@ -391,6 +398,35 @@ def claim_due(
 # --- terminal transitions (with the ledger, in one transaction) --------------------------
 
 
+_SETTLE_COLUMNS = (
+    _c.reservation_id,
+    _c.provider_account_id,
+    _c.provider_share_bps,
+    _c.has_artifact_contract,
+)
+
+
+@lru_cache(maxsize=8)
+def _finish_statement(columns: tuple[str, ...]) -> Any:
+    """The terminal UPDATE for one set of changed columns, built once (see `_finish`)."""
+    held = (
+        (_c.id == bindparam("finish_id"))
+        & (_c.lease_owner == bindparam("finish_owner"))
+        & _c.state.in_([s.value for s in ACTIVE_STATES])
+    )
+    return (
+        update(_t)
+        .where(held)
+        .values(
+            lease_owner=None,
+            lease_expires_at=None,
+            next_attempt_at=None,
+            **{name: bindparam(name, type_=_c[name].type) for name in columns},
+        )
+        .returning(*_VIEW_COLUMNS, *_SETTLE_COLUMNS)
+    )
+
+
 def _finish(
     session: Session,
     invocation_id: str,
@@ -399,19 +435,10 @@ def _finish(
 ) -> tuple[InvocationView, Sequence[Any]] | None:
     """Move a held invocation to its terminal state; its view and ledger facts, or None when
     the lease was lost. The view comes back from the UPDATE itself (no second read)."""
-    settle_columns = (
-        _c.reservation_id,
-        _c.provider_account_id,
-        _c.provider_share_bps,
-        _c.has_artifact_contract,
-    )
-    stmt = (
-        update(_t)
-        .where(_held(invocation_id, lease_owner))
-        .values(lease_owner=None, lease_expires_at=None, next_attempt_at=None, **values)
-        .returning(*_VIEW_COLUMNS, *settle_columns)
-    )
-    row = session.execute(stmt).first()
+    stmt = _finish_statement(tuple(sorted(values)))
+    row = session.execute(
+        stmt, {"finish_id": invocation_id, "finish_owner": lease_owner, **values}
+    ).first()
     if row is None:
         return None
     width = len(_VIEW_COLUMNS)

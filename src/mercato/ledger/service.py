@@ -16,9 +16,24 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Insert, Table, case, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    CursorResult,
+    Insert,
+    Row,
+    String,
+    Table,
+    Update,
+    bindparam,
+    case,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -58,6 +73,21 @@ _ACCOUNTS = cast(Table, LedgerAccount.__table__)
 _TRANSFERS = cast(Table, LedgerTransfer.__table__)
 _ENTRIES = cast(Table, LedgerEntry.__table__)
 _RESERVATIONS = cast(Table, Reservation.__table__)
+
+# Statements of every transfer, built once (building one costs more than running it).
+_INSERT_TRANSFER = _TRANSFERS.insert()
+_INSERT_ENTRIES = _ENTRIES.insert()
+_ACCOUNTS_OF_OWNERS = select(_ACCOUNTS.c.id, _ACCOUNTS.c.owner, _ACCOUNTS.c.kind).where(
+    _ACCOUNTS.c.owner.in_(bindparam("owners", expanding=True))
+)
+_LOAD_RESERVATION = select(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("id"))
+# One lock order for every transfer (id), so two transfers never deadlock.
+_LOCK_ACCOUNTS = (
+    select(_ACCOUNTS.c.id)
+    .where(_ACCOUNTS.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(_ACCOUNTS.c.id)
+    .with_for_update(key_share=True)
+)
 
 ErrorFactory = Callable[[int, int], MercatoError]
 """Builds the error for a refused debit from (balance, amount)."""
@@ -304,10 +334,8 @@ def get_reservation(session: Session, *, reservation_id: str) -> ReservationInfo
 def find_reservation(session: Session, *, reference: str) -> ReservationInfo | None:
     """Return the reservation made for `reference` (an invocation id), if any."""
     row = session.execute(
-        select(Reservation)
-        .where(Reservation.reference == reference)
-        .execution_options(populate_existing=True)
-    ).scalar()
+        select(_RESERVATIONS).where(_RESERVATIONS.c.reference == reference)
+    ).first()
     return _info(row) if row is not None else None
 
 
@@ -334,7 +362,7 @@ def _check_memo(memo: str) -> None:
         raise InvalidLedgerInput(f"memo must be at most {_MEMO_MAX} characters")
 
 
-def _info(row: Reservation) -> ReservationInfo:
+def _info(row: Row[Any]) -> ReservationInfo:
     return ReservationInfo(
         id=row.id,
         account_id=row.account_id,
@@ -351,11 +379,7 @@ def _info(row: Reservation) -> ReservationInfo:
 
 
 def _load(session: Session, reservation_id: str) -> ReservationInfo:
-    row = session.execute(
-        select(Reservation)
-        .where(Reservation.id == reservation_id)
-        .execution_options(populate_existing=True)
-    ).scalar()
+    row = session.execute(_LOAD_RESERVATION, {"id": reservation_id}).first()
     if row is None:
         raise ReservationNotFound(f"no reservation {reservation_id}")
     return _info(row)
@@ -437,12 +461,17 @@ def _post(
         raise LedgerInvariantViolated(f"{kind.value} transfer names one account twice")
     transfer_id = new_id("trf")
     session.execute(
-        _TRANSFERS.insert().values(
-            id=transfer_id, kind=kind.value, reference=reference, memo=memo, created_at=now
-        )
+        _INSERT_TRANSFER,
+        {
+            "id": transfer_id,
+            "kind": kind.value,
+            "reference": reference,
+            "memo": memo,
+            "created_at": now,
+        },
     )
     session.execute(
-        _ENTRIES.insert(),
+        _INSERT_ENTRIES,
         [
             {
                 "id": new_id("ent"),
@@ -454,14 +483,10 @@ def _post(
         ],
     )
     if session.get_bind().dialect.name == "postgresql":
+        _LOAD_RESERVATION = select(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("id"))
         # One lock order for every transfer, so two of them never deadlock. NO KEY UPDATE: the
         # entries other transfers append only need KEY SHARE on these rows, and do not wait.
-        session.execute(
-            select(LedgerAccount.id)
-            .where(LedgerAccount.id.in_(sorted(ids)))
-            .order_by(LedgerAccount.id)
-            .with_for_update(key_share=True)
-        )
+        session.execute(_LOCK_ACCOUNTS, {"ids": ids})
     # (SQLite: BEGIN IMMEDIATE already serialises every writer.)
     _move(session, list(zip(legs, ids, strict=True)))
     return transfer_id
@@ -472,11 +497,7 @@ def _account_ids(
 ) -> dict[tuple[str, AccountKind], str]:
     """The ledger account ids of (owner, kind) pairs, created when missing (one read when not)."""
     owners = sorted({owner for owner, _ in keys})
-    rows = session.execute(
-        select(LedgerAccount.id, LedgerAccount.owner, LedgerAccount.kind).where(
-            LedgerAccount.owner.in_(owners)
-        )
-    ).all()
+    rows = session.execute(_ACCOUNTS_OF_OWNERS, {"owners": owners}).all()
     found = {(row[1], AccountKind(row[2])): row[0] for row in rows}
     # Create missing accounts in one global (owner, kind) order, so that two transfers
     # inserting the same new accounts wait on each other instead of deadlocking.
@@ -489,22 +510,21 @@ def _move(session: Session, legs: Sequence[tuple[_Leg, str]]) -> None:
     """Move every leg's balance in one UPDATE; each debit of a guarded balance is conditional
     (`balance >= n`), and the row count, not a balance read earlier, decides: correct under any
     isolation level."""
-    table = _ACCOUNTS
-    delta = case({account_id: leg.amount for leg, account_id in legs}, value=table.c.id)
-    conditions: list[ColumnElement[bool]] = [table.c.id.in_([account_id for _, account_id in legs])]
-    guarded = [(leg, account_id) for leg, account_id in legs if _guarded(leg)]
-    for leg, account_id in guarded:
-        conditions.append(or_(table.c.id != account_id, table.c.balance >= -leg.amount))
-    result = cast(
-        CursorResult[Any],
-        session.execute(update(table).where(*conditions).values(balance=table.c.balance + delta)),
-    )
+    shape = tuple(_guarded(leg) for leg, _ in legs)
+    params: dict[str, Any] = {}
+    for i, (leg, account_id) in enumerate(legs):
+        params[f"id{i}"] = account_id
+        params[f"amount{i}"] = leg.amount
+        if shape[i]:
+            params[f"need{i}"] = -leg.amount
+    result = cast(CursorResult[Any], session.execute(_move_statement(shape), params))
     if result.rowcount == len(legs):
         return
     # Refused (the caller's SAVEPOINT takes back what did move): name the debit that was short.
+    guarded = [(leg, account_id) for leg, account_id in legs if _guarded(leg)]
     rows = session.execute(
-        select(table.c.id, table.c.balance).where(
-            table.c.id.in_([account_id for _, account_id in guarded])
+        select(_ACCOUNTS.c.id, _ACCOUNTS.c.balance).where(
+            _ACCOUNTS.c.id.in_([account_id for _, account_id in guarded])
         )
     )
     balance_of: dict[str, int] = {row[0]: row[1] for row in rows}
@@ -513,6 +533,23 @@ def _move(session: Session, legs: Sequence[tuple[_Leg, str]]) -> None:
         if balance < -leg.amount:
             raise (leg.on_short or _invariant_broken)(balance, -leg.amount)
     raise LedgerInvariantViolated("a balance update touched fewer accounts than the transfer")
+
+
+@lru_cache(maxsize=32)
+def _move_statement(shape: tuple[bool, ...]) -> Update:
+    """`UPDATE ledger_accounts SET balance = balance + CASE id WHEN :id0 THEN :amount0 ... END
+    WHERE id IN (:id0, ...) AND (id <> :idG OR balance >= :needG) ...`, one statement per shape
+    (which legs are guarded debits), built once so no call pays for building it."""
+    table = _ACCOUNTS
+    ids = [bindparam(f"id{i}", type_=String) for i in range(len(shape))]
+    amounts = [bindparam(f"amount{i}", type_=BigInteger) for i in range(len(shape))]
+    delta = case(*[(table.c.id == ids[i], amounts[i]) for i in range(len(shape))])
+    conditions: list[ColumnElement[bool]] = [table.c.id.in_(ids)]
+    for i, guarded in enumerate(shape):
+        if guarded:
+            need = bindparam(f"need{i}", type_=BigInteger)
+            conditions.append(or_(table.c.id != ids[i], table.c.balance >= need))
+    return update(table).where(*conditions).values(balance=table.c.balance + delta)
 
 
 def _guarded(leg: _Leg) -> bool:
