@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import (
@@ -42,6 +42,7 @@ from mercato.accounts.models import (
 from mercato.accounts.schemas import CreatedApiKey, IssuedTokens, Principal, RefreshRefused
 from mercato.core.errors import Unauthenticated
 from mercato.core.ids import new_id
+from mercato.db.uow import Database
 from mercato.settings import Settings
 
 API_KEY_PREFIX = "mercato_live_"
@@ -201,26 +202,57 @@ def revoke_api_key(
 
 def resolve_api_key(session: Session, *, api_key: str, now: dt.datetime) -> Principal:
     """Turn an API key plaintext into a principal, or raise Unauthenticated."""
+    principal, last_used_at = _lookup_api_key(session, api_key)
+    if _touch_due(last_used_at, now):
+        _touch_api_key(session, key_id=principal.key_id or "", now=now)
+    return principal
+
+
+def authenticate_api_key(db: Database, *, api_key: str, now: dt.datetime) -> Principal:
+    """`resolve_api_key` for a request: one read, and a write transaction only when the key's
+    last use is due to be recorded (at most once per resolution period), so that calls do not
+    queue behind each other for a write they do not need."""
+    with db.read() as session:
+        principal, last_used_at = _lookup_api_key(session, api_key)
+    if _touch_due(last_used_at, now):
+        with db.transaction() as session:
+            _touch_api_key(session, key_id=principal.key_id or "", now=now)
+    return principal
+
+
+# The key and its account in one round trip (every API call runs it).
+_KEY_BY_DIGEST = (
+    select(
+        ApiKey.id,
+        ApiKey.digest,
+        ApiKey.revoked_at,
+        ApiKey.last_used_at,
+        Account.id,
+        Account.is_staff,
+    )
+    .join(Account, Account.id == ApiKey.account_id)
+    .where(ApiKey.digest == bindparam("digest"))
+)
+
+
+def _lookup_api_key(session: Session, api_key: str) -> tuple[Principal, dt.datetime | None]:
     if not _API_KEY_RE.match(api_key):
         raise Unauthenticated("The credential is not valid.")
     digest = token_digest(api_key)
-    key = session.scalar(select(ApiKey).where(ApiKey.digest == digest))
-    if key is None or not hmac.compare_digest(key.digest, digest) or key.revoked_at is not None:
+    row = session.execute(_KEY_BY_DIGEST, {"digest": digest}).first()
+    if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
         raise Unauthenticated("The credential is not valid.")
-    account = get_account(session, account_id=key.account_id)
-    _touch_api_key(session, key_id=key.id, last_used_at=key.last_used_at, now=now)
-    return Principal(
-        account_id=account.id, channel="API_KEY", is_staff=account.is_staff, key_id=key.id
-    )
+    principal = Principal(account_id=row[4], channel="API_KEY", is_staff=row[5], key_id=row[0])
+    return principal, row[3]
 
 
-def _touch_api_key(
-    session: Session, *, key_id: str, last_used_at: dt.datetime | None, now: dt.datetime
-) -> None:
+def _touch_due(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
+    return last_used_at is None or last_used_at <= now - LAST_USED_RESOLUTION
+
+
+def _touch_api_key(session: Session, *, key_id: str, now: dt.datetime) -> None:
     # Write at most once per resolution period, and only if nobody else just did.
     cutoff = now - LAST_USED_RESOLUTION
-    if last_used_at is not None and last_used_at > cutoff:
-        return
     session.execute(
         update(ApiKey)
         .where(ApiKey.id == key_id)

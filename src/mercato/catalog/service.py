@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,7 +31,7 @@ from mercato.catalog.holds import (
     public_clause,
     release_hold,
 )
-from mercato.catalog.models import DRAFT, PUBLISHED, Listing, Version
+from mercato.catalog.models import DRAFT, PUBLISHED, Hold, Listing, Version
 from mercato.catalog.schemas import ConnectionFacts, InvocableVersion, PublishResult
 from mercato.core.errors import ValidationFailed
 from mercato.core.ids import new_id
@@ -361,13 +361,41 @@ def _version_by_label(session: Session, listing_id: str, label: str) -> Version 
 # --- reads ------------------------------------------------------------------------------
 
 
+# Every invoke runs it (built once): the exact published version, its listing, and whether
+# any hold is active, in one round trip.
+_INVOCABLE = (
+    select(
+        Listing,
+        Version,
+        select(Hold.id)
+        .where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
+        .exists()
+        .label("held"),
+    )
+    .join(Version, Version.listing_id == Listing.id)
+    .where(
+        Listing.service_code == bindparam("service_code"),
+        Version.number == bindparam("number"),
+        Version.state == PUBLISHED,
+    )
+)
+
+
 def get_invocable_version(session: Session, *, service_code: str, version: str) -> InvocableVersion:
     """The exact published version to invoke; a held listing is unavailable."""
-    found = _published_version(session, service_code, version)
+    try:
+        number = parse_version_label(version)
+    except ValidationFailed:
+        number = None  # `latest` and other aliases are simply not versions
+    found = (
+        None
+        if number is None
+        else session.execute(_INVOCABLE, {"service_code": service_code, "number": number}).first()
+    )
     if found is None:
         raise VersionNotFound(f"{service_code} has no published version {version}.")
-    listing, row = found
-    if active_holds(session, listing_id=listing.id):
+    listing, row, held = found
+    if held:
         raise ListingUnavailable(f"{service_code} is not available.")
     return InvocableVersion(
         version_id=row.id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, case, or_, select, update
+from sqlalchemy import BigInteger, Table, and_, bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -19,6 +19,9 @@ from mercato.quotas.models import QuotaOverride, QuotaWindow
 from mercato.quotas.schemas import Policy, QuotaStatus
 
 _windows = cast(Table, QuotaWindow.__table__)
+_POLICY_OF = select(QuotaOverride.policy, QuotaOverride.limit, QuotaOverride.window_seconds).where(
+    QuotaOverride.account_id == bindparam("account_id")
+)
 _POLICY_MAX = 64
 
 
@@ -33,11 +36,7 @@ def default_policy(settings: Any) -> Policy:
 
 def policy_for(session: Session, *, account_id: str, default: Policy) -> Policy:
     """Return the account's own policy, else `default`."""
-    row = session.execute(
-        select(QuotaOverride.policy, QuotaOverride.limit, QuotaOverride.window_seconds).where(
-            QuotaOverride.account_id == account_id
-        )
-    ).first()
+    row = session.execute(_POLICY_OF, {"account_id": account_id}).first()
     if row is None:
         return default
     return Policy(name=row[0], limit=row[1], window_seconds=row[2])
@@ -89,14 +88,23 @@ def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetim
 
 
 def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> int | None:
-    stmt = (
+    # (Bind names differ from column names: an UPDATE's parameters named after columns SET them.)
+    params = {"b_account_id": account_id, "b_policy": policy.name, "start": start}
+    params["limit"] = policy.limit
+    return session.execute(_TAKE, params).scalar_one_or_none()
+
+
+def _take_statement() -> Any:
+    """Take one slot: a new window starts at 1, the current one counts up to the limit."""
+    start = bindparam("start", type_=BigInteger)
+    return (
         update(_windows)
         .where(
-            _windows.c.account_id == account_id,
-            _windows.c.policy == policy.name,
+            _windows.c.account_id == bindparam("b_account_id"),
+            _windows.c.policy == bindparam("b_policy"),
             or_(
                 _windows.c.window_start != start,
-                and_(_windows.c.window_start == start, _windows.c.accepted < policy.limit),
+                and_(_windows.c.window_start == start, _windows.c.accepted < bindparam("limit")),
             ),
         )
         .values(
@@ -105,7 +113,9 @@ def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> 
         )
         .returning(_windows.c.accepted)
     )
-    return session.execute(stmt).scalar_one_or_none()
+
+
+_TAKE = _take_statement()  # built once: every invoke runs it
 
 
 def _insert_first(session: Session, account_id: str, policy: Policy, start: int) -> bool:

@@ -44,8 +44,7 @@ def current_principal(request: Request) -> Principal:
     runtime = runtime_of(request)
     now = runtime.clock.now()
     if token.startswith(accounts.API_KEY_PREFIX):
-        with runtime.db.transaction() as session:
-            principal = accounts.resolve_api_key(session, api_key=token, now=now)
+        principal = accounts.authenticate_api_key(runtime.db, api_key=token, now=now)
     elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
         with runtime.db.read() as session:
             principal = accounts.resolve_access_token(
