@@ -239,6 +239,7 @@ def accept(
         reference=invocation_id,
         now=now,
         reservation_id=reservation_id,
+        savepoint=False,  # this transaction is all or nothing
     )
     return quotas.take_slot(session, account_id=account_id, policy=policy, now=now)
 
@@ -482,6 +483,7 @@ def finish_success(
         provider_account_id=provider_account_id,
         provider_share_bps=share_bps,
         now=now,
+        savepoint=False,  # this transaction is all or nothing
     )
     return view
 
@@ -526,7 +528,7 @@ def finish_failure(
     if finished is None:
         return None
     view, settle_facts = finished
-    ledger.release(session, reservation_id=settle_facts[0], now=now)
+    ledger.release(session, reservation_id=settle_facts[0], now=now, savepoint=False)
     return view
 
 

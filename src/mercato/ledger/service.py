@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
@@ -76,6 +77,7 @@ _RESERVATIONS = cast(Table, Reservation.__table__)
 
 # Statements of every transfer, built once (building one costs more than running it).
 _INSERT_TRANSFER = _TRANSFERS.insert()
+_INSERT_RESERVATION = _RESERVATIONS.insert()
 _INSERT_ENTRIES = _ENTRIES.insert()
 _ACCOUNTS_OF_OWNERS = select(_ACCOUNTS.c.id, _ACCOUNTS.c.owner, _ACCOUNTS.c.kind).where(
     _ACCOUNTS.c.owner.in_(bindparam("owners", expanding=True))
@@ -132,11 +134,12 @@ def reserve(
     reference: str,
     now: dt.datetime,
     reservation_id: str | None = None,
+    savepoint: bool = True,
 ) -> str:
     """Hold `amount` of the account's available points for the call `reference`.
 
     `reservation_id` lets a caller that records the reservation's id before reserving (the
-    invocation row does) choose it; a fresh one is made otherwise."""
+    invocation row does) choose it; a fresh one is made otherwise. (`savepoint`: `_atomic`.)"""
     _check_amount(amount)
     if not reference or len(reference) > _REFERENCE_MAX:
         raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
@@ -148,16 +151,17 @@ def reserve(
         )
 
     try:
-        with session.begin_nested():
+        with _atomic(session, savepoint):
             session.execute(
-                _RESERVATIONS.insert().values(
-                    id=reservation_id,
-                    account_id=account_id,
-                    reference=reference,
-                    amount=amount,
-                    state=ReservationState.HELD.value,
-                    created_at=now,
-                )
+                _INSERT_RESERVATION,
+                {
+                    "id": reservation_id,
+                    "account_id": account_id,
+                    "reference": reference,
+                    "amount": amount,
+                    "state": ReservationState.HELD.value,
+                    "created_at": now,
+                },
             )
             _post(
                 session,
@@ -171,6 +175,8 @@ def reserve(
                 ],
             )
     except IntegrityError:
+        if not savepoint:
+            raise  # the caller's transaction is aborted; it rolls back whole
         if find_reservation(session, reference=reference) is not None:
             raise ReservationExists(f"reference {reference!r} already has a reservation") from None
         raise
@@ -184,41 +190,72 @@ def settle(
     provider_account_id: str,
     provider_share_bps: int,
     now: dt.datetime,
+    savepoint: bool = True,
 ) -> None:
     """Charge a held reservation: the provider's share (rounded down) to its earnings, the rest
-    to platform revenue."""
+    to platform revenue. (`savepoint`: see `_atomic`.)"""
     if not _is_int(provider_share_bps) or not 0 <= provider_share_bps <= 10_000:
         raise InvalidLedgerInput("provider_share_bps must be an integer from 0 to 10000")
-    with session.begin_nested():
-        held = _load(session, reservation_id)
-        provider_amount = held.amount * provider_share_bps // 10_000
-        platform_amount = held.amount - provider_amount
-        _resolve(
-            session,
-            held,
-            ReservationState.SETTLED,
-            provider_account_id=provider_account_id,
-            provider_amount=provider_amount,
-            platform_amount=platform_amount,
-            resolved_at=now,
-        )
+    with _atomic(session, savepoint):
+        # Resolve and read in one statement: only a HELD reservation moves, once.
+        params: dict[str, Any] = {"r_id": reservation_id, "r_provider": provider_account_id}
+        params.update(r_bps=provider_share_bps, r_now=now)
+        row = session.execute(_SETTLE_RESERVATION, params).first()
+        if row is None:
+            current = _load(session, reservation_id).state
+            raise ReservationAlreadyResolved(
+                f"reservation {reservation_id} is already {current.value}", state=current.value
+            )
+        account_id, amount, reference, provider_amount, platform_amount = row
         _post(
             session,
             kind=TransferKind.SETTLE,
-            reference=held.id,
-            memo=held.reference,
+            reference=reservation_id,
+            memo=reference,
             now=now,
             legs=[
-                _Leg(held.account_id, AccountKind.RESERVED, -held.amount),
+                _Leg(account_id, AccountKind.RESERVED, -amount),
                 _Leg(provider_account_id, AccountKind.EARNINGS, provider_amount),
                 _Leg(PLATFORM, AccountKind.REVENUE, platform_amount),
             ],
         )
 
 
-def release(session: Session, *, reservation_id: str, now: dt.datetime) -> None:
-    """Return a held reservation to the caller's available balance."""
-    with session.begin_nested():
+def _settle_statement() -> Any:
+    res = _RESERVATIONS.c
+    provider_amount = res.amount * bindparam("r_bps", type_=BigInteger) // 10_000  # amounts >= 0
+    return (
+        update(_RESERVATIONS)
+        .where(res.id == bindparam("r_id"), res.state == ReservationState.HELD.value)
+        .values(
+            state=ReservationState.SETTLED.value,
+            provider_account_id=bindparam("r_provider"),
+            provider_amount=provider_amount,
+            platform_amount=res.amount - provider_amount,
+            resolved_at=bindparam("r_now", type_=res.resolved_at.type),
+        )
+        .returning(
+            res.account_id, res.amount, res.reference, res.provider_amount, res.platform_amount
+        )
+    )
+
+
+_SETTLE_RESERVATION = _settle_statement()
+
+
+def _atomic(session: Session, savepoint: bool) -> AbstractContextManager[Any]:
+    """Each operation runs in a SAVEPOINT, so a refused one leaves nothing behind even when the
+    caller goes on with its transaction. A caller whose transaction is all-or-nothing (the
+    invocation engine's accept and settle transactions are rolled back whole when anything in
+    them raises) passes `savepoint=False` and saves the SAVEPOINT's two round trips."""
+    return session.begin_nested() if savepoint else nullcontext()
+
+
+def release(
+    session: Session, *, reservation_id: str, now: dt.datetime, savepoint: bool = True
+) -> None:
+    """Return a held reservation to the caller's available balance. (`savepoint`: `_atomic`.)"""
+    with _atomic(session, savepoint):
         held = _load(session, reservation_id)
         _resolve(session, held, ReservationState.RELEASED, resolved_at=now)
         _post(

@@ -272,6 +272,48 @@ def test_a_refused_operation_leaves_nothing_in_the_callers_transaction(db: Datab
     assert verified(db).balanced
 
 
+def test_without_a_savepoint_a_refused_operation_goes_with_the_callers_rollback(
+    db: Database,
+) -> None:
+    # The invocation engine's all-or-nothing transactions skip the SAVEPOINT: the refusal is
+    # raised, and the transaction that carried it rolls back whole (reservation row included).
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 10)
+    held = _reserve(db, caller, 10, "inv_1")
+    with pytest.raises(InsufficientPoints):
+        with db.transaction() as session:
+            service.reserve(
+                session,
+                account_id=caller,
+                amount=5,
+                reference="inv_2",
+                now=utcnow(),
+                reservation_id="res_chosen",
+                savepoint=False,
+            )
+    with db.transaction() as session:
+        service.settle(
+            session,
+            reservation_id=held,
+            provider_account_id=provider,
+            provider_share_bps=7_000,
+            now=utcnow(),
+            savepoint=False,
+        )
+    with pytest.raises(ReservationAlreadyResolved):
+        with db.transaction() as session:
+            service.release(session, reservation_id=held, now=utcnow(), savepoint=False)
+    with db.read() as session:
+        assert service.find_reservation(session, reference="inv_2") is None
+        assert service.get_reservation(session, reservation_id=held).state is (
+            ReservationState.SETTLED
+        )
+    after = book(db, caller, provider)
+    assert (after.available[caller], after.reserved[caller]) == (0, 0)
+    assert (after.earnings[provider], after.revenue) == (7, 3)
+    assert verified(db).balanced
+
+
 def test_a_reference_is_reserved_only_once(db: Database) -> None:
     caller = ledger_account(db, "caller")
     _grant(db, caller, 100)
