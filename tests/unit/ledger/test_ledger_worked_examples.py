@@ -280,17 +280,16 @@ def test_without_a_savepoint_a_refused_operation_goes_with_the_callers_rollback(
     caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
     _grant(db, caller, 10)
     held = _reserve(db, caller, 10, "inv_1")
-    with pytest.raises(InsufficientPoints):
-        with db.transaction() as session:
-            service.reserve(
-                session,
-                account_id=caller,
-                amount=5,
-                reference="inv_2",
-                now=utcnow(),
-                reservation_id="res_chosen",
-                savepoint=False,
-            )
+    with pytest.raises(InsufficientPoints), db.transaction() as session:
+        service.reserve(
+            session,
+            account_id=caller,
+            amount=5,
+            reference="inv_2",
+            now=utcnow(),
+            reservation_id="res_chosen",
+            savepoint=False,
+        )
     with db.transaction() as session:
         service.settle(
             session,
@@ -300,9 +299,8 @@ def test_without_a_savepoint_a_refused_operation_goes_with_the_callers_rollback(
             now=utcnow(),
             savepoint=False,
         )
-    with pytest.raises(ReservationAlreadyResolved):
-        with db.transaction() as session:
-            service.release(session, reservation_id=held, now=utcnow(), savepoint=False)
+    with pytest.raises(ReservationAlreadyResolved), db.transaction() as session:
+        service.release(session, reservation_id=held, now=utcnow(), savepoint=False)
     with db.read() as session:
         assert service.find_reservation(session, reference="inv_2") is None
         assert service.get_reservation(session, reservation_id=held).state is (
