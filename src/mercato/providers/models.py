@@ -48,7 +48,7 @@ class ProviderConnection(Base):
 
     @property
     def approved(self) -> bool:
-        return self.approved_revision is not None and self.approved_revision == self.revision
+        return revision_approved(self.approved_revision, self.revision)
 
 
 class ConformanceRun(Base):
@@ -83,3 +83,8 @@ class ConformanceResult(Base):
     name: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def revision_approved(approved_revision: int | None, revision: int) -> bool:
+    """A connection is approved exactly when its current revision is the approved one."""
+    return approved_revision is not None and approved_revision == revision

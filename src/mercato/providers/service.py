@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from mercato.core.ids import new_id
@@ -25,7 +25,12 @@ from mercato.providers.errors import (
     InvalidConnection,
     ProviderAddressForbidden,
 )
-from mercato.providers.models import ConformanceResult, ConformanceRun, ProviderConnection
+from mercato.providers.models import (
+    ConformanceResult,
+    ConformanceRun,
+    ProviderConnection,
+    revision_approved,
+)
 from mercato.providers.schemas import CheckVerdict, DispatchTarget, RunView
 from mercato.settings import Settings
 
@@ -199,14 +204,27 @@ def get_dispatch_target(
     session: Session, *, connection_id: str, settings: Settings
 ) -> DispatchTarget:
     """Return where and how to call the connection, with the credential decrypted."""
-    connection = get_connection(session, connection_id=connection_id)
+    row = session.execute(_DISPATCH_TARGET, {"id": connection_id}).first()
+    if row is None:
+        raise ConnectionNotFound()
+    connection_id, base_url, ciphertext, revision, approved_revision = row
     return DispatchTarget(
-        connection_id=connection.id,
-        base_url=connection.base_url,
-        credential=_decrypt(settings, connection.credential_ciphertext),
-        approved=connection.approved,
-        revision=connection.revision,
+        connection_id=connection_id,
+        base_url=base_url,
+        credential=_decrypt(settings, ciphertext),
+        approved=revision_approved(approved_revision, revision),
+        revision=revision,
     )
+
+
+# Every invoke reads it (built once; plain columns, no ORM identity map).
+_DISPATCH_TARGET = select(
+    ProviderConnection.id,
+    ProviderConnection.base_url,
+    ProviderConnection.credential_ciphertext,
+    ProviderConnection.revision,
+    ProviderConnection.approved_revision,
+).where(ProviderConnection.id == bindparam("id"))
 
 
 def is_approved(session: Session, *, connection_id: str) -> bool:
