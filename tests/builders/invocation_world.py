@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,19 @@ class World:
     def ledger_balanced(self) -> bool:
         with self.runtime.db.read() as session:
             return ledger.verify(session).balanced
+
+
+@contextmanager
+def running_world(
+    db_url: str, tmp_path: Path, provider: ScriptedProvider, **settings: Any
+) -> Iterator[World]:
+    """`build_world` for a fixture: the world, then its client and database closed."""
+    world = build_world(db_url, tmp_path, provider, **settings)
+    try:
+        yield world
+    finally:
+        world.provider_client.close()
+        world.runtime.db.dispose()
 
 
 def build_world(db_url: str, tmp_path: Path, provider: ScriptedProvider, **settings: Any) -> World:

@@ -8,19 +8,11 @@ from pathlib import Path
 import pytest
 
 from builders.cases import CaseWorld, add_people
-from builders.invocation_world import build_world
-from builders.invocations import ScriptedProvider, scripted_provider
-
-
-@pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
+from builders.invocation_world import running_world
+from builders.invocations import ScriptedProvider
 
 
 @pytest.fixture
 def cw(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[CaseWorld]:
-    world = build_world(db_url, tmp_path, provider)
-    yield add_people(world)
-    world.provider_client.close()
-    world.runtime.db.dispose()
+    with running_world(db_url, tmp_path, provider) as world:
+        yield add_people(world)

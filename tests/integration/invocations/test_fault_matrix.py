@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builders.invocation_world import PRICE, World, build_world
+from builders.invocation_world import PRICE, World, running_world
 from builders.invocations import (
     Act,
     ConnectionCounter,
@@ -133,10 +133,8 @@ ROWS = [
 @pytest.fixture
 def world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[World]:
     """A short provider timeout: the hanging rows must time out, and quickly."""
-    built = build_world(db_url, tmp_path, provider, provider_timeout_seconds=2.0)
-    yield built
-    built.provider_client.close()
-    built.runtime.db.dispose()
+    with running_world(db_url, tmp_path, provider, provider_timeout_seconds=2.0) as built:
+        yield built
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])

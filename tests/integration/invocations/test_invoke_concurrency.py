@@ -10,16 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from builders.invocation_world import World, build_world
+from builders.invocation_world import World, running_world
 from builders.invocations import ScriptedProvider, ServerThread, ok
 
 
 @pytest.fixture
 def slow_world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[World]:
-    built = build_world(db_url, tmp_path, provider, provider_timeout_seconds=30.0)
-    yield built
-    built.provider_client.close()
-    built.runtime.db.dispose()
+    with running_world(db_url, tmp_path, provider, provider_timeout_seconds=30.0) as built:
+        yield built
 
 
 def test_fifty_concurrent_invokes_with_one_key(slow_world: World) -> None:

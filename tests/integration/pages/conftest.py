@@ -8,24 +8,16 @@ from pathlib import Path
 import pytest
 
 from builders.accounts import make_account
-from builders.invocation_world import World, build_world
-from builders.invocations import ScriptedProvider, scripted_provider
+from builders.invocation_world import World, running_world
+from builders.invocations import ScriptedProvider
 from builders.pages import OTHER, PERSON, STAFF, Browser
 from mercato.ledger import service as ledger
 
 
 @pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
-
-
-@pytest.fixture
 def world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[World]:
-    built = build_world(db_url, tmp_path, provider)
-    yield built
-    built.provider_client.close()
-    built.runtime.db.dispose()
+    with running_world(db_url, tmp_path, provider) as built:
+        yield built
 
 
 @pytest.fixture

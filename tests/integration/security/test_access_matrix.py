@@ -23,7 +23,7 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from builders.invocation_world import SERVICE
-from builders.invocations import ScriptedProvider, scripted_provider
+from builders.invocations import ScriptedProvider
 from builders.security import Party, SecurityWorld, build_security_world
 
 Role = Literal["public", "any", "session", "staff"]
@@ -124,12 +124,6 @@ def routes_of(app: Any) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
             elif "{" in path and not path.startswith(("/static", "/health", "/metrics")):
                 pages.add(key)
     return api, pages
-
-
-@pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
 
 
 @pytest.fixture

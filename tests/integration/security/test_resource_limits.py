@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 
 from builders.catalog import example_contract, publish
-from builders.invocations import ScriptedProvider, scripted_provider
+from builders.invocations import ScriptedProvider
 from builders.security import SecurityWorld, build_security_world
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
 from mercato.web.limits import MAX_BODY_BYTES
 
 BIG = "acme.big"  # requestMaxBytes 65536, open schemas
-
-
-@pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
 
 
 @pytest.fixture

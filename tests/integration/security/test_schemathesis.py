@@ -32,7 +32,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from builders.invocation_world import SERVICE
-from builders.invocations import ScriptedProvider, scripted_provider
+from builders.invocations import ScriptedProvider
 from builders.security import Party, SecurityWorld, build_security_world
 
 EXAMPLES = 50
@@ -67,12 +67,6 @@ CHECKS = [
     response_schema_conformance,
     problem_document,
 ]
-
-
-@pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from builders.accounts import login, make_account
-from builders.invocation_world import SERVICE, World, build_world
-from builders.invocations import ScriptedProvider, defined, ok, scripted_provider, unknown
+from builders.invocation_world import SERVICE, World, running_world
+from builders.invocations import ScriptedProvider, defined, ok, unknown
 from mercato.db.runtime import Runtime
 from mercato.web.app import create_app
 from mercato.web.openapi import OPERATIONS, build_document, error_statuses
@@ -113,17 +113,9 @@ def test_docs_work_offline(client: TestClient) -> None:
 
 
 @pytest.fixture
-def provider() -> Iterator[ScriptedProvider]:
-    with scripted_provider() as running:
-        yield running
-
-
-@pytest.fixture
 def world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[World]:
-    built = build_world(db_url, tmp_path, provider, default_quota_limit=4)
-    yield built
-    built.provider_client.close()
-    built.runtime.db.dispose()
+    with running_world(db_url, tmp_path, provider, default_quota_limit=4) as built:
+        yield built
 
 
 def _check(document: dict[str, Any], method: str, template: str, response: Any) -> None:
