@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
     redispatch_attempts: int = Field(default=3, ge=1)
     idempotency_lease_seconds: int = Field(default=30, ge=1)
+    # Threads of one process working in the database at once (0: no limit); decision 0185.
+    db_concurrency: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")
     def _fail_closed(self) -> Settings:

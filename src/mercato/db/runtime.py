@@ -20,4 +20,5 @@ class Runtime:
     def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> Runtime:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = make_engine(settings.resolved_database_url)
-        return cls(settings=settings, db=Database(engine), clock=clock or SystemClock())
+        db = Database(engine, concurrency=settings.db_concurrency)
+        return cls(settings=settings, db=db, clock=clock or SystemClock())

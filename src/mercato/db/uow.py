@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,31 +11,81 @@ from sqlalchemy.orm import Session, sessionmaker
 
 
 class Database:
-    """Owns the engine and hands out short transactions."""
+    """Owns the engine and hands out short transactions.
 
-    def __init__(self, engine: Engine) -> None:
+    `concurrency` (> 0) bounds how many threads of this process work in the database at once
+    (decision 0185): a request thread waiting for its provider holds no turn, while threads
+    queueing on the same hot rows, and on the interpreter lock between their round trips, only
+    slow each other down. A thread that nests a transaction or a read inside its own takes one
+    turn, not two.
+    """
+
+    def __init__(self, engine: Engine, *, concurrency: int = 0) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False, autoflush=True)
+        self._gate = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
+        self._depth = threading.local()
+        self._counts = threading.Lock()
+        self._in_use = 0
+        self._waiting = 0
+
+    def turns(self) -> tuple[int, int]:
+        """(threads working in the database now, threads waiting for a turn)."""
+        with self._counts:
+            return self._in_use, self._waiting
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        depth: int = getattr(self._depth, "value", 0)
+        if depth == 0:
+            self._enter()
+        self._depth.value = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.value = depth
+            if depth == 0:
+                self._leave()
+
+    def _enter(self) -> None:
+        with self._counts:
+            self._waiting += 1
+        try:
+            if self._gate is not None:
+                self._gate.acquire()
+        finally:
+            with self._counts:
+                self._waiting -= 1
+        with self._counts:
+            self._in_use += 1
+
+    def _leave(self) -> None:
+        with self._counts:
+            self._in_use -= 1
+        if self._gate is not None:
+            self._gate.release()
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """Yield a session inside one transaction; commit on success, roll back on error."""
-        session = self._sessions()
-        try:
-            with session.begin():
-                yield session
-        finally:
-            session.close()
+        with self._turn():
+            session = self._sessions()
+            try:
+                with session.begin():
+                    yield session
+            finally:
+                session.close()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
         """Yield a session for reads; it never commits anything."""
-        session = self._sessions()
-        try:
-            yield session
-        finally:
-            session.rollback()
-            session.close()
+        with self._turn():
+            session = self._sessions()
+            try:
+                yield session
+            finally:
+                session.rollback()
+                session.close()
 
     def dispose(self) -> None:
         self.engine.dispose()
