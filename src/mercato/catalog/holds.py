@@ -75,7 +75,11 @@ def is_public(session: Session, *, listing_id: str) -> bool:
     return session.scalars(query).first() is not None
 
 
+def active_hold_exists() -> Any:
+    """`EXISTS` an unreleased hold on the listing of the enclosing query."""
+    return exists().where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
+
+
 def public_clause() -> Any:
     published = exists().where(Version.listing_id == Listing.id, Version.state == PUBLISHED)
-    held = exists().where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
-    return published & ~held
+    return published & ~active_hold_exists()

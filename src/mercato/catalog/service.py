@@ -25,13 +25,14 @@ from mercato.catalog.errors import (
     VersionNumberTaken,
 )
 from mercato.catalog.holds import (
+    active_hold_exists,
     active_holds,
     is_public,
     place_hold,
     public_clause,
     release_hold,
 )
-from mercato.catalog.models import DRAFT, PUBLISHED, Hold, Listing, Version
+from mercato.catalog.models import DRAFT, PUBLISHED, Listing, Version
 from mercato.catalog.schemas import ConnectionFacts, InvocableVersion, PublishResult
 from mercato.core.errors import ValidationFailed
 from mercato.core.ids import new_id
@@ -363,15 +364,8 @@ def _version_by_label(session: Session, listing_id: str, label: str) -> Version 
 
 # Every invoke runs it (built once): the exact published version, its listing, and whether
 # any hold is active, in one round trip.
-_INVOCABLE = (
-    select(
-        Listing,
-        Version,
-        select(Hold.id)
-        .where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
-        .exists()
-        .label("held"),
-    )
+_PUBLISHED_VERSION = (
+    select(Listing, Version, active_hold_exists().label("held"))
     .join(Version, Version.listing_id == Listing.id)
     .where(
         Listing.service_code == bindparam("service_code"),
@@ -383,15 +377,7 @@ _INVOCABLE = (
 
 def get_invocable_version(session: Session, *, service_code: str, version: str) -> InvocableVersion:
     """The exact published version to invoke; a held listing is unavailable."""
-    try:
-        number = parse_version_label(version)
-    except ValidationFailed:
-        number = None  # `latest` and other aliases are simply not versions
-    found = (
-        None
-        if number is None
-        else session.execute(_INVOCABLE, {"service_code": service_code, "number": number}).first()
-    )
+    found = _published_version(session, service_code, version)
     if found is None:
         raise VersionNotFound(f"{service_code} has no published version {version}.")
     listing, row, held = found
@@ -416,22 +402,15 @@ def get_invocable_version(session: Session, *, service_code: str, version: str) 
 
 def _published_version(
     session: Session, service_code: str, label: str
-) -> tuple[Listing, Version] | None:
+) -> tuple[Listing, Version, bool] | None:
+    """The exact published version, its listing, and whether a hold is active on it."""
     try:
         number = parse_version_label(label)
     except ValidationFailed:
         return None  # `latest` and other aliases are simply not versions
-    query = (
-        select(Listing, Version)
-        .join(Version, Version.listing_id == Listing.id)
-        .where(
-            Listing.service_code == service_code,
-            Version.number == number,
-            Version.state == PUBLISHED,
-        )
-    )
-    row = session.execute(query).first()
-    return None if row is None else (row[0], row[1])
+    params = {"service_code": service_code, "number": number}
+    row = session.execute(_PUBLISHED_VERSION, params).first()
+    return None if row is None else (row[0], row[1], bool(row[2]))
 
 
 def public_listings(

@@ -50,13 +50,10 @@ class Database:
     def _enter(self) -> None:
         with self._counts:
             self._waiting += 1
-        try:
-            if self._gate is not None:
-                self._gate.acquire()
-        finally:
-            with self._counts:
-                self._waiting -= 1
+        if self._gate is not None:
+            self._gate.acquire()  # no timeout; the counters only describe, they do not gate
         with self._counts:
+            self._waiting -= 1
             self._in_use += 1
 
     def _leave(self) -> None:

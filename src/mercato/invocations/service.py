@@ -283,7 +283,8 @@ def load_job(session: Session, *, invocation_id: str) -> Job:
     return Job(*row)
 
 
-def _held(invocation_id: str, lease_owner: str) -> Any:
+def _held(invocation_id: Any, lease_owner: Any) -> Any:
+    """Still active and leased by `lease_owner` (values, or bind parameters)."""
     return (
         (_c.id == invocation_id)
         & (_c.lease_owner == lease_owner)
@@ -410,14 +411,9 @@ _SETTLE_COLUMNS = (
 @lru_cache(maxsize=8)
 def _finish_statement(columns: tuple[str, ...]) -> Any:
     """The terminal UPDATE for one set of changed columns, built once (see `_finish`)."""
-    held = (
-        (_c.id == bindparam("finish_id"))
-        & (_c.lease_owner == bindparam("finish_owner"))
-        & _c.state.in_([s.value for s in ACTIVE_STATES])
-    )
     return (
         update(_t)
-        .where(held)
+        .where(_held(bindparam("finish_id"), bindparam("finish_owner")))
         .values(
             lease_owner=None,
             lease_expires_at=None,

@@ -198,8 +198,12 @@ def settle(
         raise InvalidLedgerInput("provider_share_bps must be an integer from 0 to 10000")
     with _atomic(session, savepoint):
         # Resolve and read in one statement: only a HELD reservation moves, once.
-        params: dict[str, Any] = {"r_id": reservation_id, "r_provider": provider_account_id}
-        params.update(r_bps=provider_share_bps, r_now=now)
+        params = {
+            "r_id": reservation_id,
+            "r_provider": provider_account_id,
+            "r_bps": provider_share_bps,
+            "r_now": now,
+        }
         row = session.execute(_SETTLE_RESERVATION, params).first()
         if row is None:
             current = _load(session, reservation_id).state

@@ -89,8 +89,12 @@ def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetim
 
 def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> int | None:
     # (Bind names differ from column names: an UPDATE's parameters named after columns SET them.)
-    params = {"b_account_id": account_id, "b_policy": policy.name, "start": start}
-    params["limit"] = policy.limit
+    params = {
+        "b_account_id": account_id,
+        "b_policy": policy.name,
+        "start": start,
+        "limit": policy.limit,
+    }
     return session.execute(_TAKE, params).scalar_one_or_none()
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import text
 
+from builders.platform_process import wait_for
 from mercato.db.engine import make_engine
 from mercato.db.uow import Database
 
@@ -25,13 +25,6 @@ def make_db(db_url: str) -> Iterator[Callable[[int], Database]]:
     yield make
     for db in made:
         db.dispose()
-
-
-def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.005)  # polling a condition with a bounded deadline
 
 
 @pytest.mark.postgres_only  # SQLite serialises every transaction: nesting there never works
@@ -62,10 +55,10 @@ def test_a_thread_waits_for_a_turn_and_gets_it_when_one_is_given_back(
 
     holder = threading.Thread(target=hold)
     holder.start()
-    _until(lambda: db.turns() == (1, 0))
+    wait_for(lambda: db.turns() == (1, 0), what="the holder's turn")
     waiter = threading.Thread(target=second)
     waiter.start()
-    _until(lambda: db.turns() == (1, 1))  # the second thread is queued, not working
+    wait_for(lambda: db.turns() == (1, 1), what="a queued second thread")  # not working yet
     assert not second_entered.is_set()
     release.set()
     holder.join(30)
