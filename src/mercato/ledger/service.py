@@ -26,6 +26,7 @@ from sqlalchemy import (
     CursorResult,
     Insert,
     Row,
+    Select,
     String,
     Table,
     Update,
@@ -79,17 +80,7 @@ _RESERVATIONS = cast(Table, Reservation.__table__)
 _INSERT_TRANSFER = _TRANSFERS.insert()
 _INSERT_RESERVATION = _RESERVATIONS.insert()
 _INSERT_ENTRIES = _ENTRIES.insert()
-_ACCOUNTS_OF_OWNERS = select(_ACCOUNTS.c.id, _ACCOUNTS.c.owner, _ACCOUNTS.c.kind).where(
-    _ACCOUNTS.c.owner.in_(bindparam("owners", expanding=True))
-)
 _LOAD_RESERVATION = select(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("id"))
-# One lock order for every transfer (id), so two transfers never deadlock.
-_LOCK_ACCOUNTS = (
-    select(_ACCOUNTS.c.id)
-    .where(_ACCOUNTS.c.id.in_(bindparam("ids", expanding=True)))
-    .order_by(_ACCOUNTS.c.id)
-    .with_for_update(key_share=True)
-)
 
 ErrorFactory = Callable[[int, int], MercatoError]
 """Builds the error for a refused debit from (balance, amount)."""
@@ -524,10 +515,9 @@ def _post(
         ],
     )
     if session.get_bind().dialect.name == "postgresql":
-        _LOAD_RESERVATION = select(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("id"))
         # One lock order for every transfer, so two of them never deadlock. NO KEY UPDATE: the
         # entries other transfers append only need KEY SHARE on these rows, and do not wait.
-        session.execute(_LOCK_ACCOUNTS, {"ids": ids})
+        session.execute(_lock_accounts(len(ids)), _numbered("id", ids))
     # (SQLite: BEGIN IMMEDIATE already serialises every writer.)
     _move(session, list(zip(legs, ids, strict=True)))
     return transfer_id
@@ -538,7 +528,7 @@ def _account_ids(
 ) -> dict[tuple[str, AccountKind], str]:
     """The ledger account ids of (owner, kind) pairs, created when missing (one read when not)."""
     owners = sorted({owner for owner, _ in keys})
-    rows = session.execute(_ACCOUNTS_OF_OWNERS, {"owners": owners}).all()
+    rows = session.execute(_accounts_of_owners(len(owners)), _numbered("owner", owners)).all()
     found = {(row[1], AccountKind(row[2])): row[0] for row in rows}
     # Create missing accounts in one global (owner, kind) order, so that two transfers
     # inserting the same new accounts wait on each other instead of deadlocking.
@@ -574,6 +564,33 @@ def _move(session: Session, legs: Sequence[tuple[_Leg, str]]) -> None:
         if balance < -leg.amount:
             raise (leg.on_short or _invariant_broken)(balance, -leg.amount)
     raise LedgerInvariantViolated("a balance update touched fewer accounts than the transfer")
+
+
+def _numbered(prefix: str, values: Sequence[str]) -> dict[str, str]:
+    return {f"{prefix}{i}": value for i, value in enumerate(values)}
+
+
+# The two IN lists below have one bind parameter per member, one statement per arity (a transfer
+# has two to four legs), built once: an `expanding` parameter would be re-rendered into SQL on
+# every execution, which cost more CPU than running the statement.
+@lru_cache(maxsize=8)
+def _accounts_of_owners(count: int) -> Select[tuple[str, str, str]]:
+    owners = [bindparam(f"owner{i}", type_=String) for i in range(count)]
+    return select(_ACCOUNTS.c.id, _ACCOUNTS.c.owner, _ACCOUNTS.c.kind).where(
+        _ACCOUNTS.c.owner.in_(owners)
+    )
+
+
+@lru_cache(maxsize=8)
+def _lock_accounts(count: int) -> Select[tuple[str]]:
+    """One lock order for every transfer (id), so two transfers never deadlock."""
+    ids = [bindparam(f"id{i}", type_=String) for i in range(count)]
+    return (
+        select(_ACCOUNTS.c.id)
+        .where(_ACCOUNTS.c.id.in_(ids))
+        .order_by(_ACCOUNTS.c.id)
+        .with_for_update(key_share=True)
+    )
 
 
 @lru_cache(maxsize=32)
