@@ -34,6 +34,7 @@ from sqlalchemy import (
     case,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -42,6 +43,7 @@ from sqlalchemy.orm import Session
 
 from mercato.core.errors import MercatoError
 from mercato.core.ids import new_id
+from mercato.db.base import UTCDateTime
 from mercato.ledger.checks import run_checks
 from mercato.ledger.errors import (
     InsufficientPoints,
@@ -476,22 +478,26 @@ def _post(
     now: dt.datetime,
     legs: Sequence[_Leg],
 ) -> str:
-    """Post one transfer: append it and its entries, then lock its accounts in id order and
-    move their balances in one conditional UPDATE.
+    """Post one transfer: its accounts (created when missing), the transfer and its entries,
+    and every balance moved by one conditional UPDATE; a guarded debit that finds too little
+    raises its leg's error.
 
-    The balances are what concurrent transfers wait on (a platform or provider account is in
-    every settlement), so they are locked last, as few round trips before the commit as the
-    transfer allows; the caller runs this inside a SAVEPOINT, so a refused debit takes the
-    appended rows back with it.
+    On PostgreSQL this is one call of `ledger_post_transfer` (one round trip; it locks the
+    accounts in id order and refuses before writing anything). On SQLite it is a few
+    statements under the writer lock BEGIN IMMEDIATE already holds, and a refused debit is
+    taken back by the caller's SAVEPOINT or rollback.
     """
     legs = [leg for leg in legs if leg.amount != 0]
     if sum(leg.amount for leg in legs) != 0:
         raise LedgerInvariantViolated(f"{kind.value} transfer does not balance")
-    id_of = _account_ids(session, [(leg.owner, leg.kind) for leg in legs])
-    ids = [id_of[(leg.owner, leg.kind)] for leg in legs]
-    if len(set(ids)) != len(ids):
+    if len({(leg.owner, leg.kind) for leg in legs}) != len(legs):
         raise LedgerInvariantViolated(f"{kind.value} transfer names one account twice")
     transfer_id = new_id("trf")
+    if session.get_bind().dialect.name == "postgresql":
+        _post_on_server(session, transfer_id, kind, reference, memo, now, legs)
+        return transfer_id
+    id_of = _account_ids(session, [(leg.owner, leg.kind) for leg in legs])
+    ids = [id_of[(leg.owner, leg.kind)] for leg in legs]
     session.execute(
         _INSERT_TRANSFER,
         {
@@ -514,13 +520,50 @@ def _post(
             for leg, account_id in zip(legs, ids, strict=True)
         ],
     )
-    if session.get_bind().dialect.name == "postgresql":
-        # One lock order for every transfer, so two of them never deadlock. NO KEY UPDATE: the
-        # entries other transfers append only need KEY SHARE on these rows, and do not wait.
-        session.execute(_lock_accounts(len(ids)), _numbered("id", ids))
-    # (SQLite: BEGIN IMMEDIATE already serialises every writer.)
+    # (SQLite: BEGIN IMMEDIATE already serialises every writer, so there is nothing to lock.)
     _move(session, list(zip(legs, ids, strict=True)))
     return transfer_id
+
+
+# PostgreSQL posts a transfer in one round trip: migration 0008's `ledger_post_transfer` finds
+# or creates the accounts, locks them in id order, refuses a short guarded debit before writing
+# anything, then appends the transfer and its entries and moves the balances (decision 0186).
+_POST_TRANSFER = text(
+    "SELECT short_leg, short_balance FROM ledger_post_transfer("
+    "CAST(:id AS text), CAST(:kind AS text), CAST(:reference AS text), CAST(:memo AS text), "
+    ":created_at, CAST(:owners AS text[]), CAST(:kinds AS text[]), CAST(:amounts AS bigint[]), "
+    "CAST(:guarded AS boolean[]), CAST(:entry_ids AS text[]), CAST(:account_ids AS text[]))"
+).bindparams(bindparam("created_at", type_=UTCDateTime()))
+
+
+def _post_on_server(
+    session: Session,
+    transfer_id: str,
+    kind: TransferKind,
+    reference: str | None,
+    memo: str,
+    now: dt.datetime,
+    legs: Sequence[_Leg],
+) -> None:
+    row = session.execute(
+        _POST_TRANSFER,
+        {
+            "id": transfer_id,
+            "kind": kind.value,
+            "reference": reference,
+            "memo": memo,
+            "created_at": now,
+            "owners": [leg.owner for leg in legs],
+            "kinds": [leg.kind.value for leg in legs],
+            "amounts": [leg.amount for leg in legs],
+            "guarded": [_guarded(leg) for leg in legs],
+            "entry_ids": [new_id("ent") for _ in legs],
+            "account_ids": [new_id("lac") for _ in legs],
+        },
+    ).one()
+    if row.short_leg is not None:
+        leg = legs[row.short_leg]
+        raise (leg.on_short or _invariant_broken)(row.short_balance, -leg.amount)
 
 
 def _account_ids(
@@ -570,26 +613,14 @@ def _numbered(prefix: str, values: Sequence[str]) -> dict[str, str]:
     return {f"{prefix}{i}": value for i, value in enumerate(values)}
 
 
-# The two IN lists below have one bind parameter per member, one statement per arity (a transfer
-# has two to four legs), built once: an `expanding` parameter would be re-rendered into SQL on
-# every execution, which cost more CPU than running the statement.
+# One bind parameter per owner, one statement per arity (a transfer has two to four legs), built
+# once: an `expanding` parameter would be re-rendered into SQL on every execution, which cost
+# more CPU than running the statement.
 @lru_cache(maxsize=8)
 def _accounts_of_owners(count: int) -> Select[tuple[str, str, str]]:
     owners = [bindparam(f"owner{i}", type_=String) for i in range(count)]
     return select(_ACCOUNTS.c.id, _ACCOUNTS.c.owner, _ACCOUNTS.c.kind).where(
         _ACCOUNTS.c.owner.in_(owners)
-    )
-
-
-@lru_cache(maxsize=8)
-def _lock_accounts(count: int) -> Select[tuple[str]]:
-    """One lock order for every transfer (id), so two transfers never deadlock."""
-    ids = [bindparam(f"id{i}", type_=String) for i in range(count)]
-    return (
-        select(_ACCOUNTS.c.id)
-        .where(_ACCOUNTS.c.id.in_(ids))
-        .order_by(_ACCOUNTS.c.id)
-        .with_for_update(key_share=True)
     )
 
 

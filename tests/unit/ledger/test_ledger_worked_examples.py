@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from builders.ledger import Book, book, ledger_account, verified
 from mercato.core.clock import utcnow
@@ -341,3 +341,55 @@ def test_provider_share_must_be_basis_points(db: Database, bps: object) -> None:
     with pytest.raises(InvalidLedgerInput):
         _settle(db, held, provider, bps)  # type: ignore[arg-type]
     assert _state(db, held) is ReservationState.HELD
+
+
+@pytest.mark.postgres_only
+def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
+    db: Database,
+) -> None:
+    # Migration 0008's ledger_post_transfer: accounts, locks, refusal, transfer, entries and
+    # balances in one round trip (decision 0186).
+    caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
+    _grant(db, caller, 10)
+    held = _reserve(db, caller, 10, "inv_1")
+    sent: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        sent.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        with db.transaction() as session:
+            service.settle(
+                session,
+                reservation_id=held,
+                provider_account_id=provider,  # its earnings account does not exist yet
+                provider_share_bps=7_000,
+                now=utcnow(),
+                savepoint=False,
+            )
+        posted = [s for s in sent if "ledger_" in s]
+        assert len(posted) == 1 and "ledger_post_transfer" in posted[0], sent
+        sent.clear()
+        count = select(func.count()).select_from(LedgerTransfer)
+        with db.transaction() as session:
+            before = session.execute(count).scalar_one()
+            with pytest.raises(InsufficientPoints):
+                service.reserve(
+                    session,
+                    account_id=caller,
+                    amount=1,
+                    reference="inv_2",
+                    now=utcnow(),
+                    savepoint=False,
+                )
+            # No SAVEPOINT to take anything back: the refused transfer appended nothing.
+            assert session.execute(count).scalar_one() == before
+            session.rollback()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", record)
+    assert [s for s in sent if "ledger_post_transfer" in s]
+    after = book(db, caller, provider)
+    assert (after.available[caller], after.reserved[caller]) == (0, 0)
+    assert (after.earnings[provider], after.revenue) == (7, 3)
+    assert verified(db).balanced
