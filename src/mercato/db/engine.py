@@ -8,6 +8,9 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.pool import NullPool
 
+READ_OPTION = "mercato_read"
+"""Execution option marking a read session's connection (SQLite begins it DEFERRED)."""
+
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for `url` with Mercato's per-backend settings."""
@@ -77,5 +80,9 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # Writers take the lock up front: no lost update, no deadlock on upgrade.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the lock up front: no lost update, no deadlock on upgrade. Read sessions
+        # (Database.read) begin DEFERRED: a snapshot, without queueing behind the writers.
+        if conn.get_execution_options().get(READ_OPTION):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -5,9 +5,39 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
+
+from mercato.db.engine import READ_OPTION
+
+
+class ReadSessionWrote(RuntimeError):
+    """A read session was asked to write: a programming error, refused before it reaches SQL."""
+
+
+def _read_engine(engine: Engine) -> Engine:
+    """The engine read sessions use, sharing the pool.
+
+    PostgreSQL: autocommit. Under READ COMMITTED every statement takes its own snapshot inside a
+    transaction too, so a read sees exactly what it did before, without the BEGIN and ROLLBACK
+    round trips. SQLite: a DEFERRED transaction (one snapshot), so readers do not queue for the
+    writer lock that every write transaction takes at BEGIN IMMEDIATE (decision 0187).
+    """
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT", **{READ_OPTION: True})
+    return engine.execution_options(**{READ_OPTION: True})
+
+
+def _refuse_statement(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        raise ReadSessionWrote("a read session never writes; use Database.transaction()")
+
+
+def _refuse_flush(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
+    if session.new or session.dirty or session.deleted:
+        raise ReadSessionWrote("a read session never writes; use Database.transaction()")
 
 
 class Database:
@@ -23,6 +53,9 @@ class Database:
     def __init__(self, engine: Engine, *, concurrency: int = 0) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False, autoflush=True)
+        self._readers = sessionmaker(_read_engine(engine), expire_on_commit=False, autoflush=True)
+        event.listen(self._readers, "do_orm_execute", _refuse_statement)
+        event.listen(self._readers, "before_flush", _refuse_flush)
         self._gate = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
         self._depth = threading.local()
         self._counts = threading.Lock()
@@ -75,9 +108,12 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """Yield a session for reads; it never commits anything."""
+        """Yield a session for reads; it never commits anything, and refuses to write.
+
+        On PostgreSQL it runs without a transaction (each statement its own snapshot, as under
+        READ COMMITTED anyway); on SQLite in one DEFERRED transaction (decision 0187)."""
         with self._turn():
-            session = self._sessions()
+            session = self._readers()
             try:
                 yield session
             finally:

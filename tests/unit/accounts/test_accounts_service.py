@@ -65,6 +65,7 @@ def test_api_key_is_stored_as_digest_only(db: Database) -> None:
         assert row.digest == service.token_digest(created.api_key)
         values = [row.id, row.account_id, row.name, row.digest]
         assert all(created.api_key not in str(v) for v in values)
+    with db.transaction() as s:  # resolving records the key's last use
         principal = service.resolve_api_key(s, api_key=created.api_key, now=T0)
     assert principal.account_id == account_id
     assert principal.channel == "API_KEY"

@@ -27,7 +27,6 @@ def make_db(db_url: str) -> Iterator[Callable[[int], Database]]:
         db.dispose()
 
 
-@pytest.mark.postgres_only  # SQLite serialises every transaction: nesting there never works
 def test_a_thread_that_nests_a_read_in_its_transaction_takes_one_turn(
     make_db: Callable[[int], Database],
 ) -> None:
