@@ -89,7 +89,19 @@ def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
     return current.headers()
 
 
-def _invoke_sync(
+def _invoke_sync(request: Request, service_code: str, version: str, body: bytes) -> Response:
+    # Authentication runs here, in the same worker thread as the call, not as a separate
+    # sync dependency: one thread hop per invoke instead of two.
+    principal = current_principal(request)
+    try:
+        return _invoke_as(request, principal, service_code, version, body)
+    except MercatoError as error:
+        if "RateLimit" not in error.headers:
+            error.headers.update(_quota_headers(request, principal.account_id))
+        raise
+
+
+def _invoke_as(
     request: Request, principal: Principal, service_code: str, version: str, body: bytes
 ) -> Response:
     key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
@@ -113,22 +125,9 @@ def _invoke_sync(
 
 
 @router.post("/v1/services/{service_code}/versions/{version}:invoke")
-async def invoke(
-    service_code: str,
-    version: str,
-    request: Request,
-    principal: Annotated[Principal, Depends(current_principal)],
-) -> Response:
+async def invoke(service_code: str, version: str, request: Request) -> Response:
     body = await request.body()
-    try:
-        return await run_in_threadpool(
-            _invoke_sync, request, principal, service_code, version, body
-        )
-    except MercatoError as error:
-        if "RateLimit" not in error.headers:
-            headers = await run_in_threadpool(_quota_headers, request, principal.account_id)
-            error.headers.update(headers)
-        raise
+    return await run_in_threadpool(_invoke_sync, request, service_code, version, body)
 
 
 @router.get("/v1/invocations")
