@@ -35,7 +35,9 @@ def _reserve(db: Database, account: str, amount: int, reference: str) -> str:
         )
 
 
-def _settle(db: Database, reservation: str, provider: str, bps: int) -> None:
+def _settle(
+    db: Database, reservation: str, provider: str, bps: int, *, savepoint: bool = True
+) -> None:
     with db.transaction() as session:
         service.settle(
             session,
@@ -43,6 +45,7 @@ def _settle(db: Database, reservation: str, provider: str, bps: int) -> None:
             provider_account_id=provider,
             provider_share_bps=bps,
             now=utcnow(),
+            savepoint=savepoint,
         )
 
 
@@ -290,15 +293,7 @@ def test_without_a_savepoint_a_refused_operation_goes_with_the_callers_rollback(
             reservation_id="res_chosen",
             savepoint=False,
         )
-    with db.transaction() as session:
-        service.settle(
-            session,
-            reservation_id=held,
-            provider_account_id=provider,
-            provider_share_bps=7_000,
-            now=utcnow(),
-            savepoint=False,
-        )
+    _settle(db, held, provider, 7_000, savepoint=False)
     with pytest.raises(ReservationAlreadyResolved), db.transaction() as session:
         service.release(session, reservation_id=held, now=utcnow(), savepoint=False)
     with db.read() as session:
@@ -359,15 +354,7 @@ def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
 
     event.listen(db.engine, "before_cursor_execute", record)
     try:
-        with db.transaction() as session:
-            service.settle(
-                session,
-                reservation_id=held,
-                provider_account_id=provider,  # its earnings account does not exist yet
-                provider_share_bps=7_000,
-                now=utcnow(),
-                savepoint=False,
-            )
+        _settle(db, held, provider, 7_000, savepoint=False)  # creates the earnings account
         posted = [s for s in sent if "ledger_" in s]
         assert len(posted) == 1 and "ledger_post_transfer" in posted[0], sent
         sent.clear()
