@@ -805,7 +805,8 @@ def chart(result: dict[str, Any], path: Path) -> str | None:
     left.set_xticks(list(x), names)
     left.set_ylabel("requests/s")
     left.set_title(f"throughput, {result['options']['concurrency']} clients")
-    left.legend()
+    left.margins(y=0.25)  # room above the bars for the legend
+    left.legend(loc="upper center", ncol=4, fontsize="small")
     right.bar([i - 0.2 for i in x], p50, 0.4, label="p50")
     right.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
     right.set_xticks(list(x), names)
