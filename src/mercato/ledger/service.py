@@ -488,6 +488,8 @@ def _post(
     taken back by the caller's SAVEPOINT or rollback.
     """
     legs = [leg for leg in legs if leg.amount != 0]
+    if len(legs) < 2:  # verify-ledger holds every transfer to two entries or more
+        raise LedgerInvariantViolated(f"{kind.value} transfer moves nothing")
     if sum(leg.amount for leg in legs) != 0:
         raise LedgerInvariantViolated(f"{kind.value} transfer does not balance")
     if len({(leg.owner, leg.kind) for leg in legs}) != len(legs):

@@ -12,6 +12,7 @@ from mercato.ledger import service
 from mercato.ledger.errors import (
     InsufficientPoints,
     InvalidLedgerInput,
+    LedgerInvariantViolated,
     RefundBlocked,
     ReservationAlreadyRefunded,
     ReservationAlreadyResolved,
@@ -20,7 +21,7 @@ from mercato.ledger.errors import (
     ReservationNotSettled,
 )
 from mercato.ledger.models import LedgerEntry, LedgerTransfer, Reservation
-from mercato.ledger.schemas import ReservationState
+from mercato.ledger.schemas import AccountKind, ReservationState, TransferKind
 
 
 def _grant(db: Database, account: str, amount: int) -> None:
@@ -379,4 +380,21 @@ def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
     after = book(db, caller, provider)
     assert (after.available[caller], after.reserved[caller]) == (0, 0)
     assert (after.earnings[provider], after.revenue) == (7, 3)
+    assert verified(db).balanced
+
+
+def test_a_transfer_that_moves_nothing_is_refused_and_writes_nothing(db: Database) -> None:
+    # No public operation builds one (amounts are positive), but the posting mechanism itself
+    # refuses it on both stores: verify-ledger holds every transfer to two entries or more.
+    caller = ledger_account(db, "caller")
+    zero = [
+        service._Leg(caller, AccountKind.AVAILABLE, 0),
+        service._Leg(service.PLATFORM, AccountKind.ISSUANCE, 0),
+    ]
+    for legs in ([], zero):
+        with pytest.raises(LedgerInvariantViolated), db.transaction() as session:
+            service._post(
+                session, kind=TransferKind.GRANT, reference=None, memo="", now=utcnow(), legs=legs
+            )
+    assert _transfer_count(db) == 0
     assert verified(db).balanced

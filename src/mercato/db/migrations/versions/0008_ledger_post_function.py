@@ -61,7 +61,7 @@ BEGIN
       INTO ids, balances
       FROM unnest(p_owners, p_kinds) WITH ORDINALITY AS leg(owner, kind, ord)
       JOIN ledger_accounts a ON a.owner = leg.owner AND a.kind = leg.kind;
-    IF cardinality(ids) IS DISTINCT FROM n THEN
+    IF COALESCE(cardinality(ids), 0) <> n THEN
         RAISE EXCEPTION 'ledger transfer % did not find all % accounts', p_transfer_id, n;
     END IF;
     FOR i IN 1 .. n LOOP
