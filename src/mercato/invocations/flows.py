@@ -428,6 +428,13 @@ def redispatch(runtime: Runtime, client: ProviderClient, invocation_id: str, own
 
 def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: str) -> None:
     target = _target(runtime, job)
+    if not target.approved:
+        # The connection changed (or lost approval) since the call was accepted: nothing is
+        # ever sent to a connection that has not passed review. The provider has proven it
+        # never accepted this key, so the call fails uncharged, as a refused send would
+        # (decision 0188). Reconciliation, which sends no payload, still asks it.
+        _fail(runtime, job, owner, UNAVAILABLE, None)
+        return
     with runtime.db.transaction() as session:
         sends = invocations.record_send(
             session,

@@ -96,6 +96,29 @@ def test_worker_redispatch_is_bounded(world: World) -> None:
     assert world.balances() == (100, 0)
 
 
+def test_a_call_is_never_resent_to_a_connection_that_lost_its_approval(world: World) -> None:
+    world.provider.script(unknown(accept=False), retryable())
+    response = world.invoke({"n": 1})
+    assert response.status_code == 202
+    invocation_id = response.json()["invocationId"]
+    key = world.provider_key(invocation_id)
+    with world.runtime.db.transaction() as session:
+        job = invocations.load_job(session, invocation_id=invocation_id)
+        providers.update_connection(  # any change is a new revision, not yet approved
+            session,
+            connection_id=job.connection_id,
+            settings=world.runtime.settings,
+            now=world.clock.now(),
+            name="renamed",
+        )
+    world.work()
+    assert world.provider.reconciliations[key] == 1  # asked: "never accepted"
+    assert world.provider.executions[key] == 1  # the first send only; nothing went again
+    receipt = world.get(response.headers["Location"]).json()
+    assert (receipt["settlement"], receipt["errorCode"]) == ("RELEASED", "PROVIDER_UNAVAILABLE")
+    assert world.balances() == (100, 0) and world.ledger_balanced()
+
+
 def test_reconciliation_waits_for_its_backoff(world: World) -> None:
     world.provider.script(unknown())
     response = world.invoke({"n": 1})
