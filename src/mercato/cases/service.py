@@ -295,6 +295,12 @@ def decide(
         raise InvalidCaseTransition(
             f"A {case.kind} case cannot be decided with {decision.value!r}.", state=case.state
         )
+    if decided_by in _parties(session, case):
+        raise InvalidCaseTransition(
+            "A case cannot be decided by the account that submitted it or whose service it "
+            "concerns; another staff member must decide it.",
+            state=case.state,
+        )
     values: dict[str, Any] = {
         "state": target.value,
         "decided_by": decided_by,
@@ -322,6 +328,18 @@ def decide(
     if not _move(session, case_id, CaseState.OPEN, values):
         raise _not_open(get_case(session, case_id=case_id).state)
     return get_case(session, case_id=case_id)
+
+
+def _parties(session: Session, case: CaseView) -> set[str]:
+    """The accounts a case is about: its submitter and the provider of the service (decision
+    0189: none of them may decide it)."""
+    service_code = case.service_code
+    if service_code is None and case.invocation_id is not None:
+        service_code = invocations.get_view(session, invocation_id=case.invocation_id).service_code
+    parties = {case.account_id}
+    if service_code is not None:
+        parties.add(catalog.get_listing(session, service_code=service_code).owner_id)
+    return parties
 
 
 def _not_open(state: str) -> InvalidCaseTransition:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
 from builders.accounts import bearer
-from builders.cases import CaseWorld
+from builders.cases import STAFF, CaseWorld
 from builders.invocations import defined
+from mercato.accounts.models import Account
+from mercato.cases import service as cases
+from mercato.cases.errors import InvalidCaseTransition
+from mercato.cases.schemas import Decision
+from mercato.ledger import service as ledger
 
 
 def test_api_keys_are_refused_on_every_case_endpoint(cw: CaseWorld) -> None:
@@ -220,3 +226,34 @@ def test_only_staff_decide_and_only_valid_transitions(cw: CaseWorld) -> None:
     assert cw.decide(report, "uphold").status_code == 409
     assert cw.decide("case_nope", "deny").status_code == 404
     assert cw.client.get("/v1/catalog/listings/acme.echo").status_code == 200
+
+
+def test_no_one_decides_a_case_they_are_party_to(cw: CaseWorld) -> None:
+    # Decision 0189: the submitter and the provider of the service are parties to a case.
+    db = cw.world.runtime.db
+    with db.read() as session:
+        staff_id = session.scalars(select(Account.id).where(Account.email == STAFF)).one()
+    with db.transaction() as session:
+        ledger.grant(session, account_id=staff_id, amount=10, now=cw.world.clock.now())
+    own_call = cw.session_call(cw.staff_token)
+    own_dispute = cw.dispute(own_call, key="own", token=cw.staff_token).json()["caseId"]
+    own_report = cw.report(key="own-report", token=cw.staff_token).json()["caseId"]
+    for case_id, decision in ((own_dispute, "approve"), (own_report, "uphold")):
+        refused = cw.decide(case_id, decision)
+        assert (refused.status_code, refused.json()["code"]) == (409, "INVALID_CASE_TRANSITION")
+        assert cw.case(case_id, cw.staff_token).json()["state"] == "OPEN"
+    assert cw.receipt(own_call, cw.staff_token)["settlement"] == "SETTLED"  # no refund
+    assert cw.client.get("/v1/catalog/listings/acme.echo").status_code == 200  # no hold
+    # The provider of the disputed service may not decide it either, whatever its role.
+    dispute = cw.dispute(cw.session_call()).json()["caseId"]
+    with pytest.raises(InvalidCaseTransition), db.transaction() as session:
+        cases.decide(
+            session,
+            case_id=dispute,
+            decision=Decision.APPROVE,
+            reason="Looks fine to me.",
+            decided_by=cw.world.provider_id,
+            now=cw.world.clock.now(),
+        )
+    # Anyone else with the authority decides as before.
+    assert cw.decide(dispute, "approve").json()["state"] in ("APPROVED", "REFUNDED")
