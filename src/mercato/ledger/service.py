@@ -4,11 +4,12 @@ Every operation posts one transfer whose entries sum to zero and moves the cache
 the caller's transaction (it never commits). Each runs inside a SAVEPOINT, so a refused
 operation leaves nothing behind even when the caller goes on with its transaction.
 
-Concurrency: the ledger accounts a transfer touches are locked in id order (`FOR NO KEY
-UPDATE` on PostgreSQL; SQLite's `BEGIN IMMEDIATE` serialises writers), last in the transfer,
-and every debit of a guarded balance is conditional (`... WHERE balance >= :n`) in the one
-UPDATE that moves the balances, whose row count decides. A
-reservation resolves once: its state moves by `UPDATE ... WHERE state = :expected`.
+Concurrency: on PostgreSQL a transfer is one call of `ledger_post_transfer` (migration 0008),
+which locks the transfer's ledger accounts in id order (`FOR NO KEY UPDATE`) and checks every
+guarded debit against the locked balance before it writes anything. On SQLite, where
+`BEGIN IMMEDIATE` serialises writers, every debit of a guarded balance is conditional
+(`... WHERE balance >= :n`) in the one UPDATE that moves the balances, whose row count decides.
+A reservation resolves once: its state moves by `UPDATE ... WHERE state = :expected`.
 """
 
 from __future__ import annotations
