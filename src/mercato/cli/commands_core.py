@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mercato.db.migrate import upgrade
 from mercato.db.runtime import Runtime
 from mercato.settings import load_settings
 
@@ -38,6 +37,8 @@ def runtime_from_env() -> Runtime:
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:
+    from mercato.db.migrate import upgrade  # Alembic: loaded only by the commands that migrate
+
     runtime = runtime_from_env()
     upgrade(runtime.db.engine)
     print("schema is up to date")

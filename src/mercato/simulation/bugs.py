@@ -10,10 +10,11 @@ modules carry no switch) and removed afterwards:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mercato.db.runtime import Runtime
-from mercato.simulation.world import Patcher
+if TYPE_CHECKING:  # the CLI reads BUGS to build its parser; the simulation loads on demand
+    from mercato.db.runtime import Runtime
+    from mercato.simulation.world import Patcher
 
 BUGS = ("resend-after-unknown", "double-settle", "quota-on-replay")
 
