@@ -28,15 +28,15 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
     create_engine,
     event,
-    insert,
     make_url,
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
+from sqlalchemy.pool import QueuePool
 
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH, Envelope
 
@@ -72,6 +72,24 @@ records = Table(
 class RecordState(enum.StrEnum):
     ACCEPTED = "ACCEPTED"
     FINAL = "FINAL"
+
+
+# The statements of every call, built once (building one cost about as much as running it).
+_INSERT = records.insert()
+_FINISH = (
+    update(records)
+    .where(records.c.idempotency_key == bindparam("b_key"))
+    .where(records.c.state == RecordState.ACCEPTED.value)
+    .values(
+        state=RecordState.FINAL.value,
+        outcome=bindparam("b_outcome"),
+        http_status=bindparam("b_http_status"),
+        body=bindparam("b_body"),
+        correlation_id=bindparam("b_correlation_id"),
+        finished_at=bindparam("b_finished_at"),
+    )
+)
+_GET = select(records).where(records.c.idempotency_key == bindparam("b_key"))
 
 
 class StoreUnavailable(Exception):
@@ -175,7 +193,14 @@ def _normalise_url(url: str) -> str:
 
 
 def _sqlite_engine(path: Path) -> Engine:
-    """An engine that never creates the file: a vanished store must fail, not look empty."""
+    """An engine that never creates the file: a vanished store must fail, not look empty.
+
+    Connections are pooled (opening one, with its PRAGMAs, cost more than the statements of a
+    call), so each checkout checks that the file it was opened on is still the store's file: a
+    pooled connection to a deleted file would otherwise go on reading and writing the unlinked
+    copy. A stale connection is dropped, and the fresh one the pool then opens fails on a
+    missing file (`mode=rw`) instead of creating an empty store.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     sqlite3.connect(path).close()  # create once, now, at construction
 
@@ -183,17 +208,33 @@ def _sqlite_engine(path: Path) -> Engine:
         uri = f"file:{path}?mode=rw"
         return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    engine = create_engine(
+        "sqlite://", creator=connect, poolclass=QueuePool, pool_size=8, max_overflow=32
+    )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        record.info["file"] = _identity(path)
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if _identity(path) != record.info.get("file"):
+            raise DisconnectionError("the store's file is gone or was replaced")
+
     return engine
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class SqlIdempotencyStore:
@@ -245,7 +286,7 @@ class SqlIdempotencyStore:
         }
         try:
             with self._connect() as conn:
-                conn.execute(insert(records).values(**values))
+                conn.execute(_INSERT, values)
                 self._commit(conn)
         except IntegrityError:
             # The key is taken, so something was accepted: no failure here may claim otherwise.
@@ -280,17 +321,15 @@ class SqlIdempotencyStore:
         body = encode_envelope(envelope)
         with self._connect(nothing_written=False) as conn:
             conn.execute(
-                update(records)
-                .where(records.c.idempotency_key == key)
-                .where(records.c.state == RecordState.ACCEPTED.value)
-                .values(
-                    state=RecordState.FINAL.value,
-                    outcome=envelope.outcome.value,
-                    http_status=envelope.status,
-                    body=body,
-                    correlation_id=envelope.correlation_id,
-                    finished_at=_now(),
-                )
+                _FINISH,
+                {
+                    "b_key": key,
+                    "b_outcome": envelope.outcome.value,
+                    "b_http_status": envelope.status,
+                    "b_body": body,
+                    "b_correlation_id": envelope.correlation_id,
+                    "b_finished_at": _now(),
+                },
             )
             self._commit(conn)
         stored = self.get(key)
@@ -300,9 +339,7 @@ class SqlIdempotencyStore:
 
     def get(self, key: str) -> StoredRecord | None:
         with self._connect() as conn:
-            row = conn.execute(
-                select(records).where(records.c.idempotency_key == key)
-            ).one_or_none()
+            row = conn.execute(_GET, {"b_key": key}).one_or_none()
             conn.rollback()
         return None if row is None else _row_to_record(row)
 
