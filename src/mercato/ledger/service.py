@@ -25,7 +25,6 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     CursorResult,
-    Insert,
     Row,
     Select,
     String,
@@ -38,7 +37,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -444,30 +443,18 @@ def _resolve(
         )
 
 
-def _account_insert(session: Session) -> Callable[..., Insert]:
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        return lambda table: postgresql.insert(table).on_conflict_do_nothing(
-            index_elements=["owner", "kind"]
-        )
-    if dialect == "sqlite":
-        return lambda table: sqlite.insert(table).on_conflict_do_nothing(
-            index_elements=["owner", "kind"]
-        )
-    raise NotImplementedError(dialect)
+# SQLite only (PostgreSQL creates accounts inside `ledger_post_transfer`): create an account
+# unless another transaction did, then read its id.
+_CREATE_ACCOUNT = sqlite.insert(_ACCOUNTS).on_conflict_do_nothing(index_elements=["owner", "kind"])
+_ACCOUNT_ID = select(_ACCOUNTS.c.id).where(
+    _ACCOUNTS.c.owner == bindparam("owner"), _ACCOUNTS.c.kind == bindparam("kind")
+)
 
 
-def _ledger_account_id(session: Session, owner: str, kind: AccountKind) -> str:
-    """Get or create the (owner, kind) ledger account; safe when two transactions race."""
-    query = select(LedgerAccount.id).where(
-        LedgerAccount.owner == owner, LedgerAccount.kind == kind.value
-    )
-    found = session.execute(query).scalar()
-    if found is not None:
-        return found
-    insert = _account_insert(session)(_ACCOUNTS)
-    session.execute(insert.values(id=new_id("lac"), owner=owner, kind=kind.value, balance=0))
-    return session.execute(query).scalar_one()
+def _create_account(session: Session, owner: str, kind: AccountKind) -> str:
+    keys = {"owner": owner, "kind": kind.value}
+    session.execute(_CREATE_ACCOUNT, {"id": new_id("lac"), "balance": 0, **keys})
+    return str(session.execute(_ACCOUNT_ID, keys).scalar_one())
 
 
 def _post(
@@ -574,12 +561,13 @@ def _account_ids(
 ) -> dict[tuple[str, AccountKind], str]:
     """The ledger account ids of (owner, kind) pairs, created when missing (one read when not)."""
     owners = sorted({owner for owner, _ in keys})
-    rows = session.execute(_accounts_of_owners(len(owners)), _numbered("owner", owners)).all()
+    params = {f"owner{i}": owner for i, owner in enumerate(owners)}
+    rows = session.execute(_accounts_of_owners(len(owners)), params).all()
     found = {(row[1], AccountKind(row[2])): row[0] for row in rows}
     # Create missing accounts in one global (owner, kind) order, so that two transfers
     # inserting the same new accounts wait on each other instead of deadlocking.
     for key in sorted(set(keys) - found.keys(), key=lambda k: (k[0], k[1].value)):
-        found[key] = _ledger_account_id(session, key[0], key[1])
+        found[key] = _create_account(session, key[0], key[1])
     return found
 
 
@@ -610,10 +598,6 @@ def _move(session: Session, legs: Sequence[tuple[_Leg, str]]) -> None:
         if balance < -leg.amount:
             raise (leg.on_short or _invariant_broken)(balance, -leg.amount)
     raise LedgerInvariantViolated("a balance update touched fewer accounts than the transfer")
-
-
-def _numbered(prefix: str, values: Sequence[str]) -> dict[str, str]:
-    return {f"{prefix}{i}": value for i, value in enumerate(values)}
 
 
 # One bind parameter per owner, one statement per arity (a transfer has two to four legs), built

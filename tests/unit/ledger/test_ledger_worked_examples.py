@@ -65,6 +65,14 @@ def _state(db: Database, reservation: str) -> ReservationState:
         return service.get_reservation(session, reservation_id=reservation).state
 
 
+def _assert_settled_at_seventy_percent(db: Database, caller: str, provider: str) -> None:
+    """The caller's 10 points are spent: 7 to the provider, 3 to the platform, ledger balanced."""
+    after = book(db, caller, provider)
+    assert (after.available[caller], after.reserved[caller]) == (0, 0)
+    assert (after.earnings[provider], after.revenue) == (7, 3)
+    assert verified(db).balanced
+
+
 def _transfer_count(db: Database) -> int:
     with db.read() as session:
         return session.execute(select(func.count()).select_from(LedgerTransfer)).scalar_one()
@@ -302,10 +310,7 @@ def test_without_a_savepoint_a_refused_operation_goes_with_the_callers_rollback(
         assert service.get_reservation(session, reservation_id=held).state is (
             ReservationState.SETTLED
         )
-    after = book(db, caller, provider)
-    assert (after.available[caller], after.reserved[caller]) == (0, 0)
-    assert (after.earnings[provider], after.revenue) == (7, 3)
-    assert verified(db).balanced
+    _assert_settled_at_seventy_percent(db, caller, provider)
 
 
 def test_a_reference_is_reserved_only_once(db: Database) -> None:
@@ -377,10 +382,7 @@ def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
     finally:
         event.remove(db.engine, "before_cursor_execute", record)
     assert [s for s in sent if "ledger_post_transfer" in s]
-    after = book(db, caller, provider)
-    assert (after.available[caller], after.reserved[caller]) == (0, 0)
-    assert (after.earnings[provider], after.revenue) == (7, 3)
-    assert verified(db).balanced
+    _assert_settled_at_seventy_percent(db, caller, provider)
 
 
 def test_a_transfer_that_moves_nothing_is_refused_and_writes_nothing(db: Database) -> None:
