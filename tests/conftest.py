@@ -98,12 +98,15 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A `postgres_only` test has no SQLite variant: deselect it rather than skip it."""
+    """A `postgres_only` test has no SQLite variant, a `sqlite_only` test no PostgreSQL one:
+    deselect the missing variant rather than skip it."""
     kept, dropped = [], []
     for item in items:
         params = getattr(item, "callspec", None)
-        sqlite_variant = params is not None and params.params.get("db_url") == "sqlite"
-        if sqlite_variant and item.get_closest_marker("postgres_only"):
+        backend = params.params.get("db_url") if params is not None else None
+        if (backend == "sqlite" and item.get_closest_marker("postgres_only")) or (
+            backend == "postgresql" and item.get_closest_marker("sqlite_only")
+        ):
             dropped.append(item)
         else:
             kept.append(item)

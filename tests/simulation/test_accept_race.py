@@ -45,13 +45,13 @@ def test_twin_spending_the_last_points_is_replayed_not_refused(
             twin: list[httpx.Response] = []
             raced: list[bool] = []
 
-            def racing(runtime: Any, work: Any) -> Any:
+            def racing(runtime: Any, work: Any, **options: Any) -> Any:
                 # The twin is accepted after our replay check, just before our accept
                 # transaction opens (not inside it: its locks would make the twin wait on us).
                 if not raced:
                     raced.append(True)
                     twin.append(post("last"))
-                return original(runtime, work)
+                return original(runtime, work, **options)
 
             monkeypatch.setattr(flows, "in_transaction", racing)
             first = post("last")

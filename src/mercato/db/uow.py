@@ -17,6 +17,11 @@ class ReadSessionWrote(RuntimeError):
     """A read session was asked to write: a programming error, refused before it reaches SQL."""
 
 
+class StatementSessionReused(RuntimeError):
+    """A one-statement session was asked for a second statement: a programming error, refused
+    before it reaches SQL (the first one has committed on its own)."""
+
+
 def _read_engine(engine: Engine) -> Engine:
     """The engine read sessions use, sharing the pool.
 
@@ -33,6 +38,23 @@ def _read_engine(engine: Engine) -> Engine:
 def _refuse_statement(state: ORMExecuteState) -> None:
     if state.is_insert or state.is_update or state.is_delete:
         raise ReadSessionWrote("a read session never writes; use Database.transaction()")
+
+
+def _one_statement(state: ORMExecuteState) -> None:
+    info = state.session.info
+    if info.get(_STATEMENT_RAN):
+        raise StatementSessionReused(
+            "a one-statement session runs exactly one statement; use Database.transaction()"
+        )
+    info[_STATEMENT_RAN] = True
+
+
+_STATEMENT_RAN = "mercato_statement_ran"
+
+
+def _refuse_statement_flush(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
+    if session.new or session.dirty or session.deleted:
+        raise StatementSessionReused("a one-statement session does not flush ORM objects")
 
 
 def _refuse_flush(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
@@ -56,6 +78,15 @@ class Database:
         self._readers = sessionmaker(_read_engine(engine), expire_on_commit=False, autoflush=True)
         event.listen(self._readers, "do_orm_execute", _refuse_statement)
         event.listen(self._readers, "before_flush", _refuse_flush)
+        self._one_statement: sessionmaker[Session] | None = None
+        if engine.dialect.name == "postgresql":
+            self._one_statement = sessionmaker(
+                engine.execution_options(isolation_level="AUTOCOMMIT"),
+                expire_on_commit=False,
+                autoflush=False,
+            )
+            event.listen(self._one_statement, "do_orm_execute", _one_statement)
+            event.listen(self._one_statement, "before_flush", _refuse_statement_flush)
         self._gate = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
         self._depth = threading.local()
         self._counts = threading.Lock()
@@ -103,6 +134,27 @@ class Database:
             try:
                 with session.begin():
                     yield session
+            finally:
+                session.close()
+
+    @contextmanager
+    def statement(self) -> Iterator[Session]:
+        """Yield a session for exactly one write statement that is atomic on its own.
+
+        On PostgreSQL the statement runs without BEGIN and COMMIT (autocommit): a server-side
+        function such as `invocation_accept` is one statement, which PostgreSQL commits, or
+        takes back whole when it raises. A second statement is refused
+        (`StatementSessionReused`), since it would not be part of the first one's transaction.
+        On SQLite, which has no server-side functions, this is `transaction()`: the services
+        run statement by statement and the session commits them together (decision 0191)."""
+        if self._one_statement is None:
+            with self.transaction() as session:
+                yield session
+            return
+        with self._turn():
+            session = self._one_statement()
+            try:
+                yield session
             finally:
                 session.close()
 

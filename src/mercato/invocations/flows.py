@@ -105,12 +105,18 @@ def max_sends(runtime: Runtime) -> int:
     return 1 + runtime.settings.redispatch_attempts
 
 
-def in_transaction(runtime: Runtime, work: Callable[[Session], T]) -> T:
+def in_transaction(
+    runtime: Runtime, work: Callable[[Session], T], *, one_statement: bool = False
+) -> T:
     """Run `work` in one transaction, again from scratch if PostgreSQL picked it as the victim
-    of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe)."""
+    of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe).
+
+    `one_statement`: `work` runs a single statement on PostgreSQL (a server-side function), so
+    it runs in `Database.statement()`, atomic without BEGIN and COMMIT (decision 0191)."""
+    db = runtime.db
     for attempt in range(1, _TX_ATTEMPTS + 1):
         try:
-            with runtime.db.transaction() as session:
+            with db.statement() if one_statement else db.transaction() as session:
                 return work(session)
         except OperationalError as exc:
             state = getattr(exc.orig, "sqlstate", None)
@@ -238,7 +244,7 @@ def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> 
         )
 
     try:
-        quota = in_transaction(runtime, accept)
+        quota = in_transaction(runtime, accept, one_statement=True)
     except (IntegrityError, InsufficientPoints, RateLimitExceeded):
         # A concurrent request with the same key was accepted first: answer as its replay. Its
         # reservation or quota slot may be what refused ours (reserve runs before the insert
@@ -387,7 +393,8 @@ def conclude(
             return _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
         def finish(session: Session) -> InvocationView | None:
-            view = invocations.finish_success(
+            failpoints.hit("before-settle")  # nothing of the settlement has been sent yet
+            return invocations.finish_success(
                 session,
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
@@ -395,10 +402,10 @@ def conclude(
                 artifacts=manifest,
                 now=runtime.clock.now(),
             )
-            failpoints.hit("before-settle")
-            return view
 
-        return in_transaction(runtime, finish)
+        dialect = runtime.db.engine.dialect.name
+        single = invocations.settles_in_one_statement(dialect, manifest)
+        return in_transaction(runtime, finish, one_statement=single)
     if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:
         assert envelope.error_code is not None
         return _fail(runtime, job, owner, envelope.error_code, envelope.http_status)

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+import orjson
+from sqlalchemy import LargeBinary, Table, bindparam, select, text, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.ids import new_id
+from mercato.db.base import UTCDateTime
 from mercato.invocations.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -199,39 +202,39 @@ def accept(
     # shared. The account's balances and its quota window, which every concurrent call of the
     # account waits on, are locked last, right before the commit.
     reservation_id = new_id("res")
-    session.execute(
-        _INSERT,
-        {
-            "id": invocation_id,
-            "account_id": account_id,
-            "idempotency_key": idempotency_key,
-            "fingerprint": fingerprint,
-            "channel": channel,
-            "service_code": version.service_code,
-            "version": version.version,
-            "version_id": version.version_id,
-            "contract_digest": version.contract_digest,
-            "connection_id": version.connection_id,
-            "provider_account_id": version.provider_account_id,
-            "provider_share_bps": version.provider_share_bps,
-            "price": version.price,
-            "has_artifact_contract": version.has_artifact_contract,
-            "response_max_bytes": version.response_max_bytes,
-            "result_schema": version.contract.get("resultSchema", {}),
-            "payload": payload,
-            "provider_key": provider_key_for(invocation_id),
-            "state": State.DISPATCHING.value,
-            "settlement": Settlement.PENDING.value,
-            "reservation_id": reservation_id,
-            "sends": 1,
-            "reconciliations": 0,
-            "next_attempt_at": now,
-            "lease_owner": lease_owner,
-            "lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
-            "created_at": now,
-            "updated_at": now,
-        },
-    )
+    row = {
+        "id": invocation_id,
+        "account_id": account_id,
+        "idempotency_key": idempotency_key,
+        "fingerprint": fingerprint,
+        "channel": channel,
+        "service_code": version.service_code,
+        "version": version.version,
+        "version_id": version.version_id,
+        "contract_digest": version.contract_digest,
+        "connection_id": version.connection_id,
+        "provider_account_id": version.provider_account_id,
+        "provider_share_bps": version.provider_share_bps,
+        "price": version.price,
+        "has_artifact_contract": version.has_artifact_contract,
+        "response_max_bytes": version.response_max_bytes,
+        "result_schema": version.contract.get("resultSchema", {}),
+        "payload": payload,
+        "provider_key": provider_key_for(invocation_id),
+        "state": State.DISPATCHING.value,
+        "settlement": Settlement.PENDING.value,
+        "reservation_id": reservation_id,
+        "sends": 1,
+        "reconciliations": 0,
+        "next_attempt_at": now,
+        "lease_owner": lease_owner,
+        "lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+        "created_at": now,
+        "updated_at": now,
+    }
+    if _on_server(session):
+        return _accept_on_server(session, row, policy, now)
+    session.execute(_INSERT, row)
     ledger.reserve(
         session,
         account_id=account_id,
@@ -242,6 +245,77 @@ def accept(
         savepoint=False,  # this transaction is all or nothing
     )
     return quotas.take_slot(session, account_id=account_id, policy=policy, now=now)
+
+
+def _on_server(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def settles_in_one_statement(dialect: str, artifacts: list[dict[str, Any]] | None) -> bool:
+    """Whether `finish_success` is one statement on this database (`Database.statement()`):
+    on PostgreSQL, unless there is an artifact manifest to record (decision 0191)."""
+    return dialect == "postgresql" and not artifacts
+
+
+# PostgreSQL accepts in one statement (migration 0009, decision 0191): `invocation_accept`
+# appends the intent, reserves (`ledger_reserve`) and takes the quota slot (`quota_take_slot`),
+# and a refusal raises, which takes back all of it. Run in `Database.statement()` it needs no
+# BEGIN or COMMIT.
+_ACCEPT_ON_SERVER = text(
+    "SELECT invocation_accept("
+    "CAST(:id AS text), CAST(:account_id AS text), CAST(:idempotency_key AS text), "
+    "CAST(:fingerprint AS text), CAST(:channel AS text), CAST(:service_code AS text), "
+    "CAST(:version AS text), CAST(:version_id AS text), CAST(:contract_digest AS text), "
+    "CAST(:connection_id AS text), CAST(:provider_account_id AS text), "
+    "CAST(:provider_share_bps AS integer), CAST(:price AS integer), "
+    "CAST(:has_artifact_contract AS boolean), CAST(:response_max_bytes AS integer), "
+    "CAST(:result_schema AS json), :payload, CAST(:provider_key AS text), "
+    "CAST(:state AS text), CAST(:settlement AS text), CAST(:reservation_id AS text), "
+    "CAST(:lease_owner AS text), :lease_expires_at, :now, CAST(:transfer_id AS text), "
+    "CAST(:entry_ids AS text[]), CAST(:new_account_ids AS text[]), CAST(:policy AS text), "
+    "CAST(:window_start AS bigint), CAST(:limit AS integer))"
+).bindparams(
+    bindparam("payload", type_=LargeBinary()),
+    bindparam("lease_expires_at", type_=UTCDateTime()),
+    bindparam("now", type_=UTCDateTime()),
+)
+_ACCEPTED_ROW = frozenset(
+    {
+        "id", "account_id", "idempotency_key", "fingerprint", "channel", "service_code",
+        "version", "version_id", "contract_digest", "connection_id", "provider_account_id",
+        "provider_share_bps", "price", "has_artifact_contract", "response_max_bytes",
+        "result_schema", "payload", "provider_key", "state", "settlement", "reservation_id",
+        "lease_owner", "lease_expires_at",
+    }
+)  # fmt: skip
+
+
+def _accept_on_server(
+    session: Session, row: dict[str, Any], policy: Policy, now: dt.datetime
+) -> QuotaStatus:
+    price = row["price"]
+    ledger.check_reservation(amount=price, reference=row["id"])
+    params = {name: row[name] for name in _ACCEPTED_ROW}
+    params["result_schema"] = orjson.dumps(row["result_schema"]).decode()
+    params.update(now=now, **ledger.server_transfer_ids(), **quotas.server_slot(policy, now))
+    try:
+        accepted = session.execute(_ACCEPT_ON_SERVER, params).scalar_one()
+    except DBAPIError as error:
+        sqlstate, detail = _raised(error)
+        if sqlstate == quotas.WINDOW_EXHAUSTED:
+            raise quotas.server_slot_refused(policy, now) from None
+        refusal = ledger.server_refusal(sqlstate, detail, amount=price)
+        if refusal is not None:
+            raise refusal from None
+        raise
+    return quotas.server_slot_taken(policy, now, int(accepted))
+
+
+def _raised(error: DBAPIError) -> tuple[str | None, str | None]:
+    """The SQLSTATE and DETAIL of what the server raised."""
+    cause = error.orig
+    diag = getattr(cause, "diag", None)
+    return getattr(cause, "sqlstate", None), getattr(diag, "message_detail", None)
 
 
 # --- work items and leases ---------------------------------------------------------------
@@ -453,7 +527,11 @@ def finish_success(
 ) -> InvocationView | None:
     """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
 
-    Returns the invocation as this transaction leaves it, or None when the lease was lost."""
+    Returns the invocation as this transaction leaves it, or None when the lease was lost.
+    On PostgreSQL, without a manifest to record, this is one statement (`invocation_settle`;
+    `Database.statement()` runs it without BEGIN or COMMIT)."""
+    if settles_in_one_statement(session.get_bind().dialect.name, artifacts):
+        return _settle_on_server(session, invocation_id, lease_owner, result, artifacts, now)
     finished = _finish(
         session,
         invocation_id,
@@ -482,6 +560,50 @@ def finish_success(
         savepoint=False,  # this transaction is all or nothing
     )
     return view
+
+
+# (The column names come from `_VIEW_COLUMNS`, not from any input.)
+_SETTLE_ON_SERVER = (
+    text(
+        "SELECT "  # noqa: S608
+        + ", ".join(column.name for column in _VIEW_COLUMNS)
+        + " FROM invocation_settle(CAST(:id AS text), CAST(:lease_owner AS text), "
+        "CAST(:active AS text[]), :result, CAST(:artifacts AS json), :now, "
+        "CAST(:transfer_id AS text), CAST(:entry_ids AS text[]), "
+        "CAST(:new_account_ids AS text[]))"
+    )
+    .bindparams(bindparam("result", type_=LargeBinary()), bindparam("now", type_=UTCDateTime()))
+    .columns(*_VIEW_COLUMNS)
+)
+_ACTIVE = [state.value for state in ACTIVE_STATES]
+
+
+def _settle_on_server(
+    session: Session,
+    invocation_id: str,
+    lease_owner: str,
+    result: bytes,
+    artifacts: list[dict[str, Any]] | None,
+    now: dt.datetime,
+) -> InvocationView | None:
+    params = {
+        "id": invocation_id,
+        "lease_owner": lease_owner,
+        "active": _ACTIVE,
+        "result": result,
+        "artifacts": None if artifacts is None else orjson.dumps(artifacts).decode(),
+        "now": now,
+        **ledger.server_transfer_ids(),
+    }
+    try:
+        row = session.execute(_SETTLE_ON_SERVER, params).first()
+    except DBAPIError as error:
+        sqlstate, detail = _raised(error)
+        refusal = ledger.server_refusal(sqlstate, detail, amount=0)
+        if refusal is not None:
+            raise refusal from None
+        raise
+    return None if row is None else _view(row)
 
 
 def _record_manifest(

@@ -133,16 +133,9 @@ def reserve(
 
     `reservation_id` lets a caller that records the reservation's id before reserving (the
     invocation row does) choose it; a fresh one is made otherwise. (`savepoint`: `_atomic`.)"""
-    _check_amount(amount)
-    if not reference or len(reference) > _REFERENCE_MAX:
-        raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
+    check_reservation(amount=amount, reference=reference)
     reservation_id = reservation_id or new_id("res")
-
-    def short(balance: int, wanted: int) -> MercatoError:
-        return InsufficientPoints(
-            f"{wanted} points needed, {balance} available", available=balance, required=wanted
-        )
-
+    short = _short_of_points
     try:
         with _atomic(session, savepoint):
             session.execute(
@@ -174,6 +167,55 @@ def reserve(
             raise ReservationExists(f"reference {reference!r} already has a reservation") from None
         raise
     return reservation_id
+
+
+def _short_of_points(balance: int, wanted: int) -> MercatoError:
+    return InsufficientPoints(
+        f"{wanted} points needed, {balance} available", available=balance, required=wanted
+    )
+
+
+# --- the server-side operations (PostgreSQL; migration 0009, decision 0191) ----------------
+#
+# `ledger_reserve` and `ledger_settle` do what `reserve` and `settle` do, inside the
+# invocation engine's one-statement accept and settle. They refuse by raising these SQLSTATEs,
+# which take back everything the statement wrote.
+SHORT_OF_POINTS = "MC001"
+RESERVATION_RESOLVED = "MC003"
+INVARIANT_BROKEN = "MC004"
+SERVER_TRANSFER_LEGS = 3
+"""Ids are sent for this many legs (the most a reserve or settle transfer has)."""
+
+
+def check_reservation(*, amount: int, reference: str) -> None:
+    """What `reserve` checks before it writes, for a reservation made on the server."""
+    _check_amount(amount)
+    if not reference or len(reference) > _REFERENCE_MAX:
+        raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
+
+
+def server_transfer_ids() -> dict[str, Any]:
+    """Fresh ids for one transfer posted on the server: the transfer, an entry per leg, and an
+    account per leg should it not exist yet (parameters of `ledger_reserve`/`ledger_settle`)."""
+    return {
+        "transfer_id": new_id("trf"),
+        "entry_ids": [new_id("ent") for _ in range(SERVER_TRANSFER_LEGS)],
+        "new_account_ids": [new_id("lac") for _ in range(SERVER_TRANSFER_LEGS)],
+    }
+
+
+def server_refusal(sqlstate: str | None, detail: str | None, *, amount: int) -> MercatoError | None:
+    """The service's error for a refusal raised by a server-side ledger operation (None when
+    `sqlstate` is not one of the ledger's): `amount` is what the reservation asked for."""
+    if sqlstate == SHORT_OF_POINTS:
+        return _short_of_points(int(detail or 0), amount)
+    if sqlstate == RESERVATION_RESOLVED:
+        return ReservationAlreadyResolved(
+            f"the reservation is already {detail}", state=detail or "missing"
+        )
+    if sqlstate == INVARIANT_BROKEN:
+        return LedgerInvariantViolated("a reserved balance is short of its reservation")
+    return None
 
 
 def settle(

@@ -151,6 +151,32 @@ def take_slot(
     return _status(policy, start, accepted, now)
 
 
+# --- the server-side slot (PostgreSQL; migration 0009, decision 0191) ----------------------
+#
+# `quota_take_slot` does what `take_slot` does, inside the invocation engine's one-statement
+# accept; an exhausted window raises this SQLSTATE, which takes back the whole statement.
+WINDOW_EXHAUSTED = "MC002"
+
+
+def server_slot(policy: Policy, now: dt.datetime) -> dict[str, Any]:
+    """The parameters of `quota_take_slot` for a call accepted at `now`."""
+    return {
+        "policy": policy.name,
+        "window_start": _window_start(policy, now),
+        "limit": policy.limit,
+    }
+
+
+def server_slot_taken(policy: Policy, now: dt.datetime, accepted: int) -> QuotaStatus:
+    """The window after the server took the slot (`accepted` calls in it now)."""
+    return _status(policy, _window_start(policy, now), accepted, now)
+
+
+def server_slot_refused(policy: Policy, now: dt.datetime) -> RateLimitExceeded:
+    """The error for a window the server found exhausted."""
+    return rate_limit_error(_status(policy, _window_start(policy, now), policy.limit, now))
+
+
 def rate_limit_error(current: QuotaStatus) -> RateLimitExceeded:
     """The spec 2.7 error for an exhausted window, with Retry-After and RateLimit headers."""
     retry_after = current.reset_seconds

@@ -47,6 +47,7 @@ def _resend_after_unknown(patcher: Patcher) -> None:
 
 
 def _double_settle(patcher: Patcher) -> None:
+    from mercato.invocations import service as invocations
     from mercato.ledger import service as ledger
 
     settle = ledger.settle
@@ -61,6 +62,9 @@ def _double_settle(patcher: Patcher) -> None:
             ledger._resolve = resolve
 
     patcher.set(ledger, "settle", buggy)
+    # On PostgreSQL a success settles in `invocation_settle`, not through `ledger.settle`: the
+    # bug lives in the service path, so the engine is made to take it there too.
+    patcher.set(invocations, "settles_in_one_statement", lambda *_args: False)
 
 
 def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:

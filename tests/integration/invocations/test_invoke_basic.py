@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from sqlalchemy import event
+
 from builders.invocation_world import PRICE, SERVICE, World
 
 
@@ -58,3 +61,35 @@ def test_replay_returns_same_body_and_spends_nothing(world: World) -> None:
     assert sum(world.provider.executions.values()) == 1
     # A replay does not consume quota either.
     assert world.get("/v1/rate-limit").json()["accepted"] == 1
+
+
+@pytest.mark.postgres_only
+def test_on_postgresql_accept_and_settle_are_one_statement_each(world: World) -> None:
+    # Migration 0009 (decision 0191): `invocation_accept` and `invocation_settle` run in
+    # one-statement sessions, so neither needs BEGIN or COMMIT.
+    assert world.invoke({"n": 0}, key="warm").status_code == 200  # records the key's last use
+    engine = world.runtime.db.engine
+    sent: list[str] = []
+    commits: list[object] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        sent.append(statement)
+
+    def committed(conn: object) -> None:
+        commits.append(conn)
+
+    event.listen(engine, "before_cursor_execute", record)
+    event.listen(engine, "commit", committed)
+    try:
+        response = world.invoke({"n": 7}, key="counted")
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine, "commit", committed)
+    assert response.status_code == 200, response.text
+    writes = [s for s in sent if "invocation_" in s or not s.lstrip().startswith("SELECT")]
+    assert len(writes) == 2, sent
+    assert "invocation_accept(" in writes[0] and "invocation_settle(" in writes[1]
+    assert commits == []
+    assert world.balances() == (100 - 2 * PRICE, 0)
+    assert world.earnings() == 14
+    assert world.ledger_balanced()
