@@ -375,39 +375,75 @@ _PUBLISHED_VERSION = (
 )
 
 
+# Every invoke runs it (built once): the columns invoke needs of the exact published version
+# and its listing, and whether any hold is active, in one round trip and without ORM objects.
+_INVOCABLE_VERSION = (
+    select(
+        Version.id,
+        Listing.id,
+        Listing.service_code,
+        Version.label,
+        Version.price,
+        Version.contract,
+        Version.contract_digest,
+        Version.has_artifact_contract,
+        Version.connection_id,
+        Listing.owner_id,
+        Listing.provider_share_bps,
+        active_hold_exists().label("held"),
+    )
+    .join(Version, Version.listing_id == Listing.id)
+    .where(
+        Listing.service_code == bindparam("service_code"),
+        Version.number == bindparam("number"),
+        Version.state == PUBLISHED,
+    )
+)
+
+
 def get_invocable_version(session: Session, *, service_code: str, version: str) -> InvocableVersion:
     """The exact published version to invoke; a held listing is unavailable."""
-    found = _published_version(session, service_code, version)
+    number = _version_number(version)
+    found = None
+    if number is not None:
+        params = {"service_code": service_code, "number": number}
+        found = session.execute(_INVOCABLE_VERSION, params).first()
     if found is None:
         raise VersionNotFound(f"{service_code} has no published version {version}.")
-    listing, row, held = found
-    if held:
+    if found.held:
         raise ListingUnavailable(f"{service_code} is not available.")
+    contract = dict(found.contract)
     return InvocableVersion(
-        version_id=row.id,
-        listing_id=listing.id,
-        service_code=listing.service_code,
-        version=row.label,
-        price=row.price,
-        contract=dict(row.contract),
-        contract_digest=row.contract_digest,
-        request_max_bytes=int(row.contract["requestMaxBytes"]),
-        response_max_bytes=int(row.contract["responseMaxBytes"]),
-        has_artifact_contract=row.has_artifact_contract,
-        connection_id=row.connection_id,
-        provider_account_id=listing.owner_id,
-        provider_share_bps=listing.provider_share_bps,
+        version_id=found[0],
+        listing_id=found[1],
+        service_code=found.service_code,
+        version=found.label,
+        price=found.price,
+        contract=contract,
+        contract_digest=found.contract_digest,
+        request_max_bytes=int(contract["requestMaxBytes"]),
+        response_max_bytes=int(contract["responseMaxBytes"]),
+        has_artifact_contract=found.has_artifact_contract,
+        connection_id=found.connection_id,
+        provider_account_id=found.owner_id,
+        provider_share_bps=found.provider_share_bps,
     )
+
+
+def _version_number(label: str) -> int | None:
+    try:
+        return parse_version_label(label)
+    except ValidationFailed:
+        return None  # `latest` and other aliases are simply not versions
 
 
 def _published_version(
     session: Session, service_code: str, label: str
 ) -> tuple[Listing, Version, bool] | None:
     """The exact published version, its listing, and whether a hold is active on it."""
-    try:
-        number = parse_version_label(label)
-    except ValidationFailed:
-        return None  # `latest` and other aliases are simply not versions
+    number = _version_number(label)
+    if number is None:
+        return None
     params = {"service_code": service_code, "number": number}
     row = session.execute(_PUBLISHED_VERSION, params).first()
     return None if row is None else (row[0], row[1], bool(row[2]))

@@ -22,7 +22,6 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from mercato.catalog import service as catalog
-from mercato.core.canonical import canonical_json
 from mercato.core.errors import MercatoError
 from mercato.core.ids import new_id
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
@@ -142,7 +141,9 @@ def _pointer(path: Any) -> str:
 
 def schema_errors(schema: dict[str, Any], instance: Any) -> list[dict[str, str]]:
     """JSON-pointer located violations of `schema` by `instance` (empty when valid)."""
-    validator = _validator(canonical_json(schema))
+    # Keyed by the schema's bytes with sorted members: as good a key as canonical JSON here,
+    # at a fraction of its cost (every invoke checks a request and a result).
+    validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     found = []
     for error in validator.iter_errors(instance):
         found.append({"pointer": _pointer(error.absolute_path), "detail": error.message[:300]})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 from collections.abc import Sequence
+from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import bindparam, select
@@ -64,8 +65,17 @@ def _encrypt(settings: Settings, credential: str) -> str:
 
 
 def _decrypt(settings: Settings, ciphertext: str) -> str:
+    return _decrypted(settings.fernet_key("provider-credential"), ciphertext)
+
+
+@lru_cache(maxsize=256)
+def _decrypted(key: bytes, ciphertext: str) -> str:
+    """Every invoke decrypts its connection's credential: the same (key, ciphertext) always
+    gives the same plaintext, so the process keeps the last few (in memory only, as the one
+    being sent is anyway). A new key or a rotated credential is a new entry; an unreadable
+    token raises and is not kept."""
     try:
-        return _fernet(settings).decrypt(ciphertext.encode("ascii")).decode("ascii")
+        return Fernet(key).decrypt(ciphertext.encode("ascii")).decode("ascii")
     except InvalidToken as exc:
         raise CredentialUnreadable() from exc
 
