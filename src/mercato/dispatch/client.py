@@ -52,6 +52,15 @@ class _Stop(Exception):
         self.error = error
 
 
+_HEADERS = {
+    "Accept": "application/json",
+    "Accept-Encoding": "identity",
+    "Connection": "keep-alive",
+    "User-Agent": f"python-httpx/{httpx.__version__}",
+}
+"""Sent on every provider request (what httpx.Client sent with Mercato's two defaults)."""
+
+
 class ProviderClient:
     """Calls provider endpoints; build one per process and reuse it (it pools connections)."""
 
@@ -68,15 +77,13 @@ class ProviderClient:
             transport = GuardedTransport(
                 allow_private=self._allow_private, resolver=resolver or system_resolver
             )
-        self._http = httpx.Client(
-            transport=transport,
-            follow_redirects=False,
-            trust_env=False,
-            headers={"Accept": "application/json", "Accept-Encoding": "identity"},
-        )
+        # Requests go straight to the transport: no redirects to follow, no auth flow, and no
+        # cookie jar (a provider's Set-Cookie is never sent back to anyone), so httpx.Client's
+        # per-request machinery for those would only cost CPU on every call.
+        self._transport = transport
 
     def close(self) -> None:
-        self._http.close()
+        self._transport.close()
 
     def __enter__(self) -> ProviderClient:
         return self
@@ -175,7 +182,7 @@ class ProviderClient:
         url = target.base_url.rstrip("/") + path
         if check_base_url(target.base_url, allow_private=True) is not None:
             return RawAnswer(None, None, ERROR_BLOCKED, 0.0)
-        headers: dict[str, str] = {}
+        headers = dict(_HEADERS)
         if credential is not None:
             headers[AUTHORIZATION_HEADER] = f"Bearer {credential}"
         if idempotency_key is not None:
@@ -183,10 +190,14 @@ class ProviderClient:
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            request = self._http.build_request(
-                method, url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
+            request = httpx.Request(
+                method,
+                url,
+                content=body,
+                headers=headers,
+                extensions={"timeout": httpx.Timeout(timeout).as_dict()},
             )
-            response = self._http.send(request, stream=True)
+            response = self._transport.handle_request(request)
         except BlockedAddress:
             return RawAnswer(None, None, ERROR_BLOCKED, _ms(started))
         except httpx.TimeoutException:

@@ -106,7 +106,10 @@ class GuardedTransport(httpx.HTTPTransport):
         limits: httpx.Limits | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        # Every connection may stay open for reuse: a process makes up to one provider call per
+        # request thread at once, and a connection closed after each call would be opened again
+        # (socket, resolution, address checks) for the next.
+        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=100)
         ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
         super().__init__(verify=ssl_context, trust_env=False, limits=limits)
         # httpx 0.28 builds `_pool` in __init__ with no way to pass a network backend; replace it

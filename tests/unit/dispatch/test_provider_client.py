@@ -81,6 +81,30 @@ def test_reconcile_sends_the_key(client: ProviderClient) -> None:
     assert json.loads(body) == {"providerIdempotencyKey": "k-1"}
 
 
+def test_a_cookie_a_provider_sets_is_never_sent_back(client: ProviderClient) -> None:
+    captured: list[bytes] = []
+    envelope = b'{"outcome":"SUCCEEDED","correlationId":"j1","result":{}}'
+
+    def script(conn: socket.socket, _: Listener) -> None:
+        captured.append(read_request(conn))
+        conn.sendall(http("200 OK", envelope, headers="Set-Cookie: session=tracked; Path=/\r\n"))
+
+    with listener(script) as provider:
+        for key in ("k-1", "k-2"):
+            answer = client.execute(
+                target(provider.url),
+                idempotency_key=key,
+                payload_bytes=b'{"n":1}',
+                response_max_bytes=1024,
+                timeout=5,
+            )
+            assert answer.status == 200
+    assert len(captured) == 2
+    heads = [request.partition(b"\r\n\r\n")[0].lower() for request in captured]
+    assert all(b"\r\ncookie:" not in head for head in heads), heads
+    assert all(b"accept: application/json" in head for head in heads)
+
+
 def test_redirect_is_returned_as_is_and_never_followed(client: ProviderClient) -> None:
     with listener(respond(http("200 OK", b"{}"))) as elsewhere:
         location = f"Location: {elsewhere.url}/v1/executions\r\n"
