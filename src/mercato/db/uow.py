@@ -169,8 +169,7 @@ class Database:
             try:
                 yield session
             finally:
-                session.rollback()
-                session.close()
+                session.close()  # ends the read's transaction (SQLite) with a rollback
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -83,3 +83,16 @@ def test_a_read_does_not_wait_for_an_open_write_transaction(db: Database) -> Non
         thread.join(30)
     assert not errors
     assert _accounts(db) == 1
+
+
+def test_a_read_leaves_no_transaction_open_behind_it(db: Database) -> None:
+    # A transaction left open on a pooled connection would pin an old snapshot (and, on SQLite,
+    # hold back WAL checkpoints) until the connection's next use.
+    with db.read() as session:
+        session.execute(select(func.count()).select_from(Account))
+        driver = session.connection().connection.driver_connection
+    assert driver is not None
+    if db.engine.dialect.name == "sqlite":
+        assert not driver.in_transaction
+    else:
+        assert driver.info.transaction_status is TransactionStatus.IDLE
