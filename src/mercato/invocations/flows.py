@@ -210,7 +210,15 @@ def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> 
             session, account_id=request.account_id, idempotency_key=request.idempotency_key
         )
         if existing is not None:
-            return _replay(existing, fingerprint, runtime.clock.now())
+            now = runtime.clock.now()
+            replay = _replay(existing, fingerprint, now)
+            # A replay takes nothing; its RateLimit headers show the window as it stands, read
+            # in this same session.
+            policy = quotas.policy_for(
+                session, account_id=request.account_id, default=quotas.default_policy(settings)
+            )
+            current = quotas.status(session, account_id=request.account_id, policy=policy, now=now)
+            return replace(replay, quota=current)
         version = catalog.get_invocable_version(
             session, service_code=request.service_code, version=request.version
         )

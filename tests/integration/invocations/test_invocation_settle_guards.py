@@ -8,6 +8,7 @@ import pytest
 from builders.invocation_world import PRICE, SERVICE, World
 from mercato.catalog import service as catalog
 from mercato.invocations import service as invocations
+from mercato.invocations.schemas import InvocationView
 from mercato.ledger import service as ledger
 from mercato.ledger.errors import ReservationAlreadyResolved
 from mercato.quotas import service as quotas
@@ -59,28 +60,23 @@ def test_a_settle_that_finds_its_reservation_resolved_changes_nothing(world: Wor
     assert world.ledger_balanced()
 
 
+def _settle(world: World, invocation_id: str, owner: str) -> InvocationView | None:
+    with world.runtime.db.statement() as session:
+        return invocations.finish_success(
+            session,
+            invocation_id=invocation_id,
+            lease_owner=owner,
+            result=b'{"echo": {"n": 1}}',
+            artifacts=None,
+            now=world.clock.now(),
+        )
+
+
 def test_a_settle_without_the_lease_changes_nothing(world: World) -> None:
     _accept(world, "inv_leased", "lease_holder")
-    with world.runtime.db.statement() as session:
-        settled = invocations.finish_success(
-            session,
-            invocation_id="inv_leased",
-            lease_owner="lease_other",
-            result=b'{"echo": {"n": 1}}',
-            artifacts=None,
-            now=world.clock.now(),
-        )
-    assert settled is None
+    assert _settle(world, "inv_leased", "lease_other") is None
     assert world.balances() == (100 - PRICE, PRICE) and world.earnings() == 0
-    with world.runtime.db.statement() as session:
-        settled = invocations.finish_success(
-            session,
-            invocation_id="inv_leased",
-            lease_owner="lease_holder",
-            result=b'{"echo": {"n": 1}}',
-            artifacts=None,
-            now=world.clock.now(),
-        )
+    settled = _settle(world, "inv_leased", "lease_holder")
     assert settled is not None and (settled.state, settled.settlement) == ("SUCCEEDED", "SETTLED")
     assert world.balances() == (100 - PRICE, 0) and world.earnings() == 7
     assert world.ledger_balanced()

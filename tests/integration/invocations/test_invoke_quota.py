@@ -33,6 +33,9 @@ def test_n_plus_one_keys_one_429_and_replays_do_not_count(world: World) -> None:
     # Replays of accepted calls are answered, and consume nothing.
     replay = world.invoke({"n": 0}, key="k0")
     assert (replay.status_code, replay.content) == (200, accepted[0].content)
+    # ... with the window as it stands in their RateLimit headers.
+    assert replay.headers["RateLimit-Policy"] == '"tight";q=3;w=60'
+    assert replay.headers["RateLimit"].startswith('"tight";r=0;t=')
     assert world.balances() == (70, 0)
     assert len(world.invocations()) == 3
     assert sum(world.provider.executions.values()) == 3
