@@ -1,5 +1,6 @@
-"""The benchmark harness still runs end to end: a short SQLite run with two clients produces a
-well-formed result and a balanced ledger. No timing is asserted: the benchmark is a tool."""
+"""The benchmark harness still runs end to end: a short SQLite run with two clients, grown by a
+small preload, produces a well-formed result and a balanced ledger. No timing is asserted: the
+benchmark is a tool."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
         [
             *(sys.executable, "-m", "bench", "--stores", "sqlite", "--duration", "1"),
             *("--concurrency", "2", "--workers", "1", "--out", str(tmp_path), "--json"),
+            *("--growth", "--growth-invocations", "3000", "--growth-listings", "40"),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -44,6 +46,15 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
         config["invoke"]["rate"] / config["provider_direct"]["rate"], rel=1e-3
     )
     assert config["one_client"]["invoke"]["requests"] > 0
+
+    # --growth: the same measurements again after the preload, in the same processes
+    grown = written["stores"]["sqlite"]["configurations"]["sqlite+growth"]
+    assert grown["preload"]["invocations"] == 3000 and grown["preload"]["listings"] == 40
+    assert set(grown["invoke"]["statuses"]) == {"200"}
+    assert grown["invoke_vs_empty"] == pytest.approx(
+        grown["invoke"]["rate"] / config["invoke"]["rate"], rel=1e-3
+    )
+    assert grown["receipts_depth"]["pages"] > 0
 
     ledger = written["stores"]["sqlite"]["ledger"]
     assert ledger["verify_ledger_balanced"] is True
