@@ -220,18 +220,20 @@ def authenticate_api_key(db: Database, *, api_key: str, now: dt.datetime) -> Pri
     return principal
 
 
-# The key and its account in one round trip (every API call runs it).
+# The key and its account in one round trip (every API call runs it), built once on the tables'
+# columns: a Core statement skips the ORM's execution path, which cost more than the query.
+_keys, _accounts = ApiKey.__table__.c, Account.__table__.c
 _KEY_BY_DIGEST = (
     select(
-        ApiKey.id,
-        ApiKey.digest,
-        ApiKey.revoked_at,
-        ApiKey.last_used_at,
-        Account.id,
-        Account.is_staff,
+        _keys.id,
+        _keys.digest,
+        _keys.revoked_at,
+        _keys.last_used_at,
+        _accounts.id,
+        _accounts.is_staff,
     )
-    .join(Account, Account.id == ApiKey.account_id)
-    .where(ApiKey.digest == bindparam("digest"))
+    .select_from(ApiKey.__table__.join(Account.__table__, _accounts.id == _keys.account_id))
+    .where(_keys.digest == bindparam("digest"))
 )
 
 

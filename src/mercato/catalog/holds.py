@@ -80,6 +80,12 @@ def active_hold_exists() -> Any:
     return exists().where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
 
 
+def active_hold_exists_core() -> Any:
+    """`active_hold_exists` on the tables' columns, for Core statements (no ORM entities)."""
+    holds, listings = Hold.__table__.c, Listing.__table__.c
+    return exists().where(holds.listing_id == listings.id, holds.released_at.is_(None))
+
+
 def public_clause() -> Any:
     published = exists().where(Version.listing_id == Listing.id, Version.state == PUBLISHED)
     return published & ~active_hold_exists()

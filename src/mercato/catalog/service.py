@@ -26,6 +26,7 @@ from mercato.catalog.errors import (
 )
 from mercato.catalog.holds import (
     active_hold_exists,
+    active_hold_exists_core,
     active_holds,
     is_public,
     place_hold,
@@ -376,27 +377,29 @@ _PUBLISHED_VERSION = (
 
 
 # Every invoke runs it (built once): the columns invoke needs of the exact published version
-# and its listing, and whether any hold is active, in one round trip and without ORM objects.
+# and its listing, and whether any hold is active, in one round trip; a Core statement on the
+# tables' columns, which skips the ORM's execution path.
+_versions, _listings = Version.__table__.c, Listing.__table__.c
 _INVOCABLE_VERSION = (
     select(
-        Version.id,
-        Listing.id,
-        Listing.service_code,
-        Version.label,
-        Version.price,
-        Version.contract,
-        Version.contract_digest,
-        Version.has_artifact_contract,
-        Version.connection_id,
-        Listing.owner_id,
-        Listing.provider_share_bps,
-        active_hold_exists().label("held"),
+        _versions.id,
+        _listings.id,
+        _listings.service_code,
+        _versions.label,
+        _versions.price,
+        _versions.contract,
+        _versions.contract_digest,
+        _versions.has_artifact_contract,
+        _versions.connection_id,
+        _listings.owner_id,
+        _listings.provider_share_bps,
+        active_hold_exists_core().label("held"),
     )
-    .join(Version, Version.listing_id == Listing.id)
+    .select_from(Listing.__table__.join(Version.__table__, _versions.listing_id == _listings.id))
     .where(
-        Listing.service_code == bindparam("service_code"),
-        Version.number == bindparam("number"),
-        Version.state == PUBLISHED,
+        _listings.service_code == bindparam("service_code"),
+        _versions.number == bindparam("number"),
+        _versions.state == PUBLISHED,
     )
 )
 

@@ -19,8 +19,14 @@ from mercato.quotas.models import QuotaOverride, QuotaWindow
 from mercato.quotas.schemas import Policy, QuotaStatus
 
 _windows = cast(Table, QuotaWindow.__table__)
-_POLICY_OF = select(QuotaOverride.policy, QuotaOverride.limit, QuotaOverride.window_seconds).where(
-    QuotaOverride.account_id == bindparam("account_id")
+_overrides = cast(Table, QuotaOverride.__table__).c
+# Read on every invoke and replay: built once, on the tables' columns (Core statements skip the
+# ORM's execution path).
+_POLICY_OF = select(_overrides.policy, _overrides.limit_count, _overrides.window_seconds).where(
+    _overrides.account_id == bindparam("account_id")
+)
+_WINDOW_OF = select(_windows.c.window_start, _windows.c.accepted).where(
+    _windows.c.account_id == bindparam("account_id"), _windows.c.policy == bindparam("policy")
 )
 _POLICY_MAX = 64
 
@@ -78,11 +84,7 @@ def _status(policy: Policy, start: int, accepted: int, now: dt.datetime) -> Quot
 def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetime) -> QuotaStatus:
     """Read the account's current window without taking anything."""
     start = _window_start(policy, now)
-    row = session.execute(
-        select(QuotaWindow.window_start, QuotaWindow.accepted).where(
-            QuotaWindow.account_id == account_id, QuotaWindow.policy == policy.name
-        )
-    ).first()
+    row = session.execute(_WINDOW_OF, {"account_id": account_id, "policy": policy.name}).first()
     accepted = row[1] if row is not None and row[0] == start else 0
     return _status(policy, start, accepted, now)
 
