@@ -40,6 +40,9 @@ from mercato.core.ids import new_id
 
 __all__ = [
     "DEFAULT_PROVIDER_SHARE_BPS",
+    "INVOCABLE_VERSION",
+    "INVOCABLE_VERSION_CONNECTION",
+    "INVOCABLE_VERSION_WIDTH",
     "ConnectionFacts",
     "InvocableVersion",
     "PublishResult",
@@ -49,6 +52,8 @@ __all__ = [
     "create_listing",
     "get_invocable_version",
     "get_listing",
+    "invocable_version_of",
+    "invocable_version_params",
     "is_public",
     "place_hold",
     "public_listing",
@@ -380,7 +385,7 @@ _PUBLISHED_VERSION = (
 # and its listing, and whether any hold is active, in one round trip; a Core statement on the
 # tables' columns, which skips the ORM's execution path.
 _versions, _listings = Version.__table__.c, Listing.__table__.c
-_INVOCABLE_VERSION = (
+INVOCABLE_VERSION = (
     select(
         _versions.id,
         _listings.id,
@@ -406,30 +411,64 @@ _INVOCABLE_VERSION = (
 
 def get_invocable_version(session: Session, *, service_code: str, version: str) -> InvocableVersion:
     """The exact published version to invoke; a held listing is unavailable."""
+    params = invocable_version_params(service_code=service_code, version=version)
+    found = None if params is None else session.execute(INVOCABLE_VERSION, params).first()
+    return invocable_version_of(
+        None if found is None else tuple(found), service_code=service_code, version=version
+    )
+
+
+# For callers that read more with the version in the same round trip (the invoke adds the
+# dispatch target and the quota policy): the connection id column to join on, and how many
+# leading columns `invocable_version_of` reads.
+INVOCABLE_VERSION_CONNECTION = _versions.connection_id
+INVOCABLE_VERSION_WIDTH = len(INVOCABLE_VERSION.selected_columns)
+
+
+def invocable_version_params(*, service_code: str, version: str) -> dict[str, Any] | None:
+    """The parameters of `INVOCABLE_VERSION`, or None when `version` names no exact version."""
     number = _version_number(version)
-    found = None
-    if number is not None:
-        params = {"service_code": service_code, "number": number}
-        found = session.execute(_INVOCABLE_VERSION, params).first()
-    if found is None:
+    return None if number is None else {"service_code": service_code, "number": number}
+
+
+def invocable_version_of(
+    values: tuple[Any, ...] | None, *, service_code: str, version: str
+) -> InvocableVersion:
+    """The version from the first `INVOCABLE_VERSION_WIDTH` columns of a row of
+    `INVOCABLE_VERSION` (None: there was no row); a held listing is unavailable."""
+    if values is None:
         raise VersionNotFound(f"{service_code} has no published version {version}.")
-    if found.held:
+    (
+        version_id,
+        listing_id,
+        listed_code,
+        label,
+        price,
+        stored_contract,
+        contract_digest,
+        has_artifact_contract,
+        connection_id,
+        owner_id,
+        provider_share_bps,
+        held,
+    ) = values[:INVOCABLE_VERSION_WIDTH]
+    if held:
         raise ListingUnavailable(f"{service_code} is not available.")
-    contract = dict(found.contract)
+    contract = dict(stored_contract)
     return InvocableVersion(
-        version_id=found[0],
-        listing_id=found[1],
-        service_code=found.service_code,
-        version=found.label,
-        price=found.price,
+        version_id=version_id,
+        listing_id=listing_id,
+        service_code=listed_code,
+        version=label,
+        price=price,
         contract=contract,
-        contract_digest=found.contract_digest,
+        contract_digest=contract_digest,
         request_max_bytes=int(contract["requestMaxBytes"]),
         response_max_bytes=int(contract["responseMaxBytes"]),
-        has_artifact_contract=found.has_artifact_contract,
-        connection_id=found.connection_id,
-        provider_account_id=found.owner_id,
-        provider_share_bps=found.provider_share_bps,
+        has_artifact_contract=has_artifact_contract,
+        connection_id=connection_id,
+        provider_account_id=owner_id,
+        provider_share_bps=provider_share_bps,
     )
 
 

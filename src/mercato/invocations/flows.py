@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 from jsonschema import validators
+from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -45,7 +46,8 @@ from mercato.providers.errors import ProviderNotApproved
 from mercato.providers.schemas import DispatchTarget
 from mercato.quotas import service as quotas
 from mercato.quotas.errors import RateLimitExceeded
-from mercato.quotas.schemas import QuotaStatus
+from mercato.quotas.schemas import Policy, QuotaStatus
+from mercato.settings import Settings
 
 _MAX_SCHEMA_ERRORS = 20
 _TX_ATTEMPTS = 5
@@ -184,6 +186,38 @@ def _check_body(body: bytes, version: catalog.InvocableVersion) -> None:
 # --- invoke (synchronous path) -----------------------------------------------------------
 
 
+# What a fresh call needs besides its key, read in one round trip: the exact version (with its
+# holds), its connection's dispatch target, and the caller's own quota policy. Each module owns
+# its part of the statement and reads its own columns back.
+_FACTS = quotas.with_policy(
+    providers.with_dispatch_target(catalog.INVOCABLE_VERSION, catalog.INVOCABLE_VERSION_CONNECTION),
+    bindparam("account_id"),
+)
+_TARGET_COLUMNS = slice(
+    catalog.INVOCABLE_VERSION_WIDTH,
+    catalog.INVOCABLE_VERSION_WIDTH + providers.DISPATCH_TARGET_WIDTH,
+)
+
+
+def _facts(
+    session: Session, request: InvokeRequest, settings: Settings
+) -> tuple[catalog.InvocableVersion, DispatchTarget, Policy]:
+    params = catalog.invocable_version_params(
+        service_code=request.service_code, version=request.version
+    )
+    row = None
+    if params is not None:
+        row = session.execute(_FACTS, {**params, "account_id": request.account_id}).first()
+    values = None if row is None else tuple(row)
+    version = catalog.invocable_version_of(
+        values, service_code=request.service_code, version=request.version
+    )
+    assert values is not None  # a missing version raised above
+    target = providers.dispatch_target_of(values[_TARGET_COLUMNS], settings)
+    policy = quotas.policy_of(values[-quotas.POLICY_WIDTH :], quotas.default_policy(settings))
+    return version, target, policy
+
+
 def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeResult:
     if view.fingerprint != fingerprint:
         raise IdempotencyKeyReused(
@@ -219,15 +253,7 @@ def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> 
             )
             current = quotas.status(session, account_id=request.account_id, policy=policy, now=now)
             return replace(replay, quota=current)
-        version = catalog.get_invocable_version(
-            session, service_code=request.service_code, version=request.version
-        )
-        target = providers.get_dispatch_target(
-            session, connection_id=version.connection_id, settings=settings
-        )
-        policy = quotas.policy_for(
-            session, account_id=request.account_id, default=quotas.default_policy(settings)
-        )
+        version, target, policy = _facts(session, request, settings)
     if not target.approved:
         raise ProviderNotApproved("The provider connection of this version is not approved.")
     _check_body(request.body, version)

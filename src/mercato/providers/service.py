@@ -11,9 +11,10 @@ import datetime as dt
 import hmac
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
-from sqlalchemy import bindparam, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from mercato.core.ids import new_id
@@ -36,11 +37,13 @@ from mercato.providers.schemas import CheckVerdict, DispatchTarget, RunView
 from mercato.settings import Settings
 
 __all__ = [
+    "DISPATCH_TARGET_WIDTH",
     "CheckVerdict",
     "DispatchTarget",
     "RunView",
     "approve_connection",
     "create_connection",
+    "dispatch_target_of",
     "get_connection",
     "get_dispatch_target",
     "is_approved",
@@ -48,6 +51,7 @@ __all__ = [
     "list_runs",
     "record_run",
     "update_connection",
+    "with_dispatch_target",
 ]
 
 CHECK_COUNT = 9
@@ -217,7 +221,27 @@ def get_dispatch_target(
     row = session.execute(_DISPATCH_TARGET, {"id": connection_id}).first()
     if row is None:
         raise ConnectionNotFound()
-    connection_id, base_url, ciphertext, revision, approved_revision = row
+    return dispatch_target_of(tuple(row), settings)
+
+
+def with_dispatch_target(statement: Select[Any], connection_id: Any) -> Select[Any]:
+    """`statement` with the dispatch target of the connection `connection_id` (a column of it)
+    as its last `DISPATCH_TARGET_WIDTH` columns, all NULL when there is no such connection, so
+    a caller that reads several things at once needs no round trip of its own for this one."""
+    table = ProviderConnection.__table__
+    return statement.add_columns(*_DISPATCH_TARGET.selected_columns).outerjoin(
+        table, _connections.id == connection_id
+    )
+
+
+DISPATCH_TARGET_WIDTH = 5
+
+
+def dispatch_target_of(values: tuple[Any, ...], settings: Settings) -> DispatchTarget:
+    """The target from the `DISPATCH_TARGET_WIDTH` columns `with_dispatch_target` added."""
+    connection_id, base_url, ciphertext, revision, approved_revision = values
+    if connection_id is None:
+        raise ConnectionNotFound()
     return DispatchTarget(
         connection_id=connection_id,
         base_url=base_url,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Table, and_, bindparam, case, or_, select, update
+from sqlalchemy import BigInteger, Select, Table, and_, bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -43,9 +43,26 @@ def default_policy(settings: Any) -> Policy:
 def policy_for(session: Session, *, account_id: str, default: Policy) -> Policy:
     """Return the account's own policy, else `default`."""
     row = session.execute(_POLICY_OF, {"account_id": account_id}).first()
-    if row is None:
+    return policy_of(tuple(row) if row is not None else (None, None, None), default)
+
+
+def with_policy(statement: Select[Any], account_id: Any) -> Select[Any]:
+    """`statement` with the own policy of the account `account_id` (a column or bind parameter)
+    as its last `POLICY_WIDTH` columns, all NULL when it has none."""
+    return statement.add_columns(*_POLICY_OF.selected_columns).outerjoin(
+        QuotaOverride.__table__, _overrides.account_id == account_id
+    )
+
+
+POLICY_WIDTH = 3
+
+
+def policy_of(values: tuple[Any, ...], default: Policy) -> Policy:
+    """The policy from the `POLICY_WIDTH` columns `with_policy` added (`default` when NULL)."""
+    name, limit, window_seconds = values
+    if name is None:
         return default
-    return Policy(name=row[0], limit=row[1], window_seconds=row[2])
+    return Policy(name=name, limit=limit, window_seconds=window_seconds)
 
 
 def set_quota(

@@ -64,7 +64,7 @@ def test_replay_returns_same_body_and_spends_nothing(world: World) -> None:
 
 
 @pytest.mark.postgres_only
-def test_on_postgresql_accept_and_settle_are_one_statement_each(world: World) -> None:
+def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) -> None:
     # Migration 0009 (decision 0191): `invocation_accept` and `invocation_settle` run in
     # one-statement sessions, so neither needs BEGIN or COMMIT.
     assert world.invoke({"n": 0}, key="warm").status_code == 200  # records the key's last use
@@ -90,6 +90,9 @@ def test_on_postgresql_accept_and_settle_are_one_statement_each(world: World) ->
     assert len(writes) == 2, sent
     assert "invocation_accept(" in writes[0] and "invocation_settle(" in writes[1]
     assert commits == []
+    # Five statements in all: the API key; the Idempotency-Key; the version with its holds, its
+    # dispatch target and the caller's policy (one read); accept; settle.
+    assert len(sent) == 5, sent
     assert world.balances() == (100 - 2 * PRICE, 0)
     assert world.earnings() == 14
     assert world.ledger_balanced()
