@@ -233,27 +233,55 @@ def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeR
     return InvokeResult(view=view, quota=None, replay=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a fresh call needs, read before anything is written (see `prepare`)."""
+
+    request: InvokeRequest
+    fingerprint: str
+    version: catalog.InvocableVersion
+    target: DispatchTarget
+    policy: Policy
+
+
 def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> InvokeResult:
     """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
-    db, settings = runtime.db, runtime.settings
+    with runtime.db.read() as session:
+        prepared = prepare(runtime, session, request)
+    if isinstance(prepared, InvokeResult):
+        return prepared
+    return run(runtime, client, prepared)
+
+
+def prepare(runtime: Runtime, session: Session, request: InvokeRequest) -> InvokeResult | Prepared:
+    """The reads of an invoke, in the caller's read session: the answer of a replay, or what a
+    fresh call needs (`run` it after the session is closed: no call holds a read open)."""
+    settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
     )
-    with db.read() as session:
-        existing = invocations.find_by_key(
-            session, account_id=request.account_id, idempotency_key=request.idempotency_key
+    existing = invocations.find_by_key(
+        session, account_id=request.account_id, idempotency_key=request.idempotency_key
+    )
+    if existing is not None:
+        now = runtime.clock.now()
+        replay = _replay(existing, fingerprint, now)
+        # A replay takes nothing; its RateLimit headers show the window as it stands, read in
+        # this same session.
+        policy = quotas.policy_for(
+            session, account_id=request.account_id, default=quotas.default_policy(settings)
         )
-        if existing is not None:
-            now = runtime.clock.now()
-            replay = _replay(existing, fingerprint, now)
-            # A replay takes nothing; its RateLimit headers show the window as it stands, read
-            # in this same session.
-            policy = quotas.policy_for(
-                session, account_id=request.account_id, default=quotas.default_policy(settings)
-            )
-            current = quotas.status(session, account_id=request.account_id, policy=policy, now=now)
-            return replace(replay, quota=current)
-        version, target, policy = _facts(session, request, settings)
+        current = quotas.status(session, account_id=request.account_id, policy=policy, now=now)
+        return replace(replay, quota=current)
+    version, target, policy = _facts(session, request, settings)
+    return Prepared(request, fingerprint, version, target, policy)
+
+
+def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeResult:
+    """A fresh call `prepare` read: check, accept, send, conclude."""
+    db = runtime.db
+    request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
+    target, policy = prepared.target, prepared.policy
     if not target.approved:
         raise ProviderNotApproved("The provider connection of this version is not approved.")
     _check_body(request.body, version)

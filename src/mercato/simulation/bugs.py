@@ -71,11 +71,11 @@ def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
     from mercato.invocations import flows
     from mercato.quotas import service as quotas
 
-    invoke = flows.invoke
+    prepare = flows.prepare
 
-    def buggy(rt: Runtime, client: Any, request: Any) -> Any:
-        result = invoke(rt, client, request)
-        if result.replay:
+    def buggy(rt: Runtime, reads: Any, request: Any) -> Any:
+        result = prepare(rt, reads, request)
+        if isinstance(result, flows.InvokeResult) and result.replay:
             with runtime.db.transaction() as session:
                 policy = quotas.policy_for(
                     session,
@@ -86,4 +86,4 @@ def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
                 quotas.take_slot(session, account_id=request.account_id, policy=policy, now=now)
         return result
 
-    patcher.set(flows, "invoke", buggy)
+    patcher.set(flows, "prepare", buggy)

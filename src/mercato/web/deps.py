@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Request
+from sqlalchemy.orm import Session
 
 from mercato.accounts import service as accounts
 from mercato.accounts.errors import SessionRequired, StaffRequired
@@ -40,16 +41,28 @@ def current_principal(request: Request) -> Principal:
     cached = getattr(request.state, "principal", None)
     if isinstance(cached, Principal):
         return cached
+    bearer_token(request)  # a malformed credential is refused before any database work
+    with runtime_of(request).db.read() as session:
+        return principal_in(request, session)
+
+
+def principal_in(request: Request, session: Session) -> Principal:
+    """`current_principal`, reading in the request's own read session `session` (the invoke
+    route reads the caller and the call's facts in one session)."""
+    cached = getattr(request.state, "principal", None)
+    if isinstance(cached, Principal):
+        return cached
     token = bearer_token(request)
     runtime = runtime_of(request)
     now = runtime.clock.now()
     if token.startswith(accounts.API_KEY_PREFIX):
-        principal = accounts.authenticate_api_key(runtime.db, api_key=token, now=now)
+        principal = accounts.authenticate_api_key(
+            runtime.db, api_key=token, now=now, session=session
+        )
     elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
-        with runtime.db.read() as session:
-            principal = accounts.resolve_access_token(
-                session, token=token, settings=runtime.settings, now=now
-            )
+        principal = accounts.resolve_access_token(
+            session, token=token, settings=runtime.settings, now=now
+        )
     else:
         raise Unauthenticated("The credential is not valid.")
     request.state.principal = principal

@@ -75,16 +75,23 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
     def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
         sent.append(statement)
 
+    checkouts: list[object] = []
+
     def committed(conn: object) -> None:
         commits.append(conn)
 
+    def checked_out(conn: object, *_args: object) -> None:
+        checkouts.append(conn)
+
     event.listen(engine, "before_cursor_execute", record)
     event.listen(engine, "commit", committed)
+    event.listen(engine.pool, "checkout", checked_out)
     try:
         response = world.invoke({"n": 7}, key="counted")
     finally:
         event.remove(engine, "before_cursor_execute", record)
         event.remove(engine, "commit", committed)
+        event.remove(engine.pool, "checkout", checked_out)
     assert response.status_code == 200, response.text
     writes = [s for s in sent if "invocation_" in s or not s.lstrip().startswith("SELECT")]
     assert len(writes) == 2, sent
@@ -93,6 +100,9 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
     # Five statements in all: the API key; the Idempotency-Key; the version with its holds, its
     # dispatch target and the caller's policy (one read); accept; settle.
     assert len(sent) == 5, sent
+    # Three connections taken from the pool: one read session for the caller and the call's
+    # facts, then accept, then settle.
+    assert len(checkouts) == 3
     assert world.balances() == (100 - 2 * PRICE, 0)
     assert world.earnings() == 14
     assert world.ledger_balanced()

@@ -23,7 +23,7 @@ from mercato.invocations.errors import (
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
 from mercato.quotas import service as quotas
 from mercato.quotas.schemas import QuotaStatus
-from mercato.web.deps import current_principal, runtime_of
+from mercato.web.deps import bearer_token, current_principal, principal_in, runtime_of
 
 router = APIRouter(tags=["invocations"])
 _client_lock = threading.Lock()
@@ -91,32 +91,39 @@ def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
 
 def _invoke_sync(request: Request, service_code: str, version: str, body: bytes) -> Response:
     # Authentication runs here, in the same worker thread as the call, not as a separate
-    # sync dependency: one thread hop per invoke instead of two.
-    principal = current_principal(request)
+    # sync dependency (one thread hop per invoke instead of two), and in the same read session
+    # as the call's own reads (one session instead of two).
+    runtime = runtime_of(request)
+    bearer_token(request)  # a malformed credential is refused before any database work
+    principal: Principal | None = None
     try:
-        return _invoke_as(request, principal, service_code, version, body)
+        with runtime.db.read() as session:
+            principal = principal_in(request, session)
+            key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
+            prepared = flows.prepare(
+                runtime,
+                session,
+                flows.InvokeRequest(
+                    account_id=principal.account_id,
+                    channel=principal.channel,
+                    service_code=service_code,
+                    version=version,
+                    idempotency_key=key,
+                    body=body,
+                ),
+            )
+        if isinstance(prepared, flows.InvokeResult):
+            result = prepared
+        else:
+            result = flows.run(runtime, provider_client(request), prepared)
+        return _answer(request, principal, result)
     except MercatoError as error:
-        if "RateLimit" not in error.headers:
+        if principal is not None and "RateLimit" not in error.headers:
             error.headers.update(_quota_headers(request, principal.account_id))
         raise
 
 
-def _invoke_as(
-    request: Request, principal: Principal, service_code: str, version: str, body: bytes
-) -> Response:
-    key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
-    result = flows.invoke(
-        runtime_of(request),
-        provider_client(request),
-        flows.InvokeRequest(
-            account_id=principal.account_id,
-            channel=principal.channel,
-            service_code=service_code,
-            version=version,
-            idempotency_key=key,
-            body=body,
-        ),
-    )
+def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
     if result.quota is not None:
         headers = result.quota.headers()
     else:
