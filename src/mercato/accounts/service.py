@@ -209,17 +209,13 @@ def resolve_api_key(session: Session, *, api_key: str, now: dt.datetime) -> Prin
 
 
 def authenticate_api_key(
-    db: Database, *, api_key: str, now: dt.datetime, session: Session | None = None
+    db: Database, session: Session, *, api_key: str, now: dt.datetime
 ) -> Principal:
     """`resolve_api_key` for a request: one read, and a write transaction only when the key's
     last use is due to be recorded (at most once per resolution period), so that calls do not
-    queue behind each other for a write they do not need. `session`: a read session of the
-    request's to read in (else one of its own)."""
-    if session is None:
-        with db.read() as own:
-            principal, last_used_at = _lookup_api_key(own, api_key)
-    else:
-        principal, last_used_at = _lookup_api_key(session, api_key)
+    queue behind each other for a write they do not need. The key is read in `session`, the
+    request's read session; the write, when due, is a transaction of its own on `db`."""
+    principal, last_used_at = _lookup_api_key(session, api_key)
     if _touch_due(last_used_at, now):
         with db.transaction() as session:
             _touch_api_key(session, key_id=principal.key_id or "", now=now)

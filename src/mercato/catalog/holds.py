@@ -76,12 +76,8 @@ def is_public(session: Session, *, listing_id: str) -> bool:
 
 
 def active_hold_exists() -> Any:
-    """`EXISTS` an unreleased hold on the listing of the enclosing query."""
-    return exists().where(Hold.listing_id == Listing.id, Hold.released_at.is_(None))
-
-
-def active_hold_exists_core() -> Any:
-    """`active_hold_exists` on the tables' columns, for Core statements (no ORM entities)."""
+    """`EXISTS` an unreleased hold on the listing of the enclosing query. On the tables' columns,
+    so it serves ORM queries and Core statements (which skip the ORM's execution path) alike."""
     holds, listings = Hold.__table__.c, Listing.__table__.c
     return exists().where(holds.listing_id == listings.id, holds.released_at.is_(None))
 

@@ -26,7 +26,6 @@ from mercato.catalog.errors import (
 )
 from mercato.catalog.holds import (
     active_hold_exists,
-    active_hold_exists_core,
     active_holds,
     is_public,
     place_hold,
@@ -398,7 +397,7 @@ INVOCABLE_VERSION = (
         _versions.connection_id,
         _listings.owner_id,
         _listings.provider_share_bps,
-        active_hold_exists_core().label("held"),
+        active_hold_exists().label("held"),
     )
     .select_from(Listing.__table__.join(Version.__table__, _versions.listing_id == _listings.id))
     .where(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,7 +40,7 @@ def _refuse_statement(state: ORMExecuteState) -> None:
         raise ReadSessionWrote("a read session never writes; use Database.transaction()")
 
 
-def _one_statement(state: ORMExecuteState) -> None:
+def _allow_one_statement(state: ORMExecuteState) -> None:
     info = state.session.info
     if info.get(_STATEMENT_RAN):
         raise StatementSessionReused(
@@ -52,14 +52,25 @@ def _one_statement(state: ORMExecuteState) -> None:
 _STATEMENT_RAN = "mercato_statement_ran"
 
 
-def _refuse_statement_flush(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
-    if session.new or session.dirty or session.deleted:
-        raise StatementSessionReused("a one-statement session does not flush ORM objects")
+def _refusing_flush(
+    error: type[RuntimeError], message: str
+) -> Callable[[Session, UOWTransaction, Any], None]:
+    """A `before_flush` listener that raises `error(message)` when the session has ORM
+    changes."""
+
+    def refuse(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
+        if session.new or session.dirty or session.deleted:
+            raise error(message)
+
+    return refuse
 
 
-def _refuse_flush(session: Session, _flush: UOWTransaction, _instances: Any) -> None:
-    if session.new or session.dirty or session.deleted:
-        raise ReadSessionWrote("a read session never writes; use Database.transaction()")
+_refuse_flush = _refusing_flush(
+    ReadSessionWrote, "a read session never writes; use Database.transaction()"
+)
+_refuse_statement_flush = _refusing_flush(
+    StatementSessionReused, "a one-statement session does not flush ORM objects"
+)
 
 
 class Database:
@@ -85,7 +96,7 @@ class Database:
                 expire_on_commit=False,
                 autoflush=False,
             )
-            event.listen(self._one_statement, "do_orm_execute", _one_statement)
+            event.listen(self._one_statement, "do_orm_execute", _allow_one_statement)
             event.listen(self._one_statement, "before_flush", _refuse_statement_flush)
         self._gate = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
         self._depth = threading.local()

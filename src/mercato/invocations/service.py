@@ -279,15 +279,6 @@ _ACCEPT_ON_SERVER = text(
     bindparam("lease_expires_at", type_=UTCDateTime()),
     bindparam("now", type_=UTCDateTime()),
 )
-_ACCEPTED_ROW = frozenset(
-    {
-        "id", "account_id", "idempotency_key", "fingerprint", "channel", "service_code",
-        "version", "version_id", "contract_digest", "connection_id", "provider_account_id",
-        "provider_share_bps", "price", "has_artifact_contract", "response_max_bytes",
-        "result_schema", "payload", "provider_key", "state", "settlement", "reservation_id",
-        "lease_owner", "lease_expires_at",
-    }
-)  # fmt: skip
 
 
 def _accept_on_server(
@@ -295,9 +286,16 @@ def _accept_on_server(
 ) -> QuotaStatus:
     price = row["price"]
     ledger.check_reservation(amount=price, reference=row["id"])
-    params = {name: row[name] for name in _ACCEPTED_ROW}
-    params["result_schema"] = orjson.dumps(row["result_schema"]).decode()
-    params.update(now=now, **ledger.server_transfer_ids(), **quotas.server_slot(policy, now))
+    # The row's values under their column names; the function sets the rest itself (sends,
+    # reconciliations, next_attempt_at and both timestamps from `now`). Names it does not
+    # bind are left out of the statement.
+    params = {
+        **row,
+        "result_schema": orjson.dumps(row["result_schema"]).decode(),
+        "now": now,
+        **ledger.server_transfer_ids(),
+        **quotas.server_slot(policy, now),
+    }
     try:
         accepted = session.execute(_ACCEPT_ON_SERVER, params).scalar_one()
     except DBAPIError as error:

@@ -234,9 +234,6 @@ def with_dispatch_target(statement: Select[Any], connection_id: Any) -> Select[A
     )
 
 
-DISPATCH_TARGET_WIDTH = 5
-
-
 def dispatch_target_of(values: tuple[Any, ...], settings: Settings) -> DispatchTarget:
     """The target from the `DISPATCH_TARGET_WIDTH` columns `with_dispatch_target` added."""
     connection_id, base_url, ciphertext, revision, approved_revision = values
@@ -261,6 +258,7 @@ _DISPATCH_TARGET = select(
     _connections.revision,
     _connections.approved_revision,
 ).where(_connections.id == bindparam("id"))
+DISPATCH_TARGET_WIDTH = len(_DISPATCH_TARGET.selected_columns)
 
 
 def is_approved(session: Session, *, connection_id: str) -> bool:

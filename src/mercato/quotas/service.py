@@ -25,6 +25,7 @@ _overrides = cast(Table, QuotaOverride.__table__).c
 _POLICY_OF = select(_overrides.policy, _overrides.limit_count, _overrides.window_seconds).where(
     _overrides.account_id == bindparam("account_id")
 )
+POLICY_WIDTH = len(_POLICY_OF.selected_columns)
 _WINDOW_OF = select(_windows.c.window_start, _windows.c.accepted).where(
     _windows.c.account_id == bindparam("account_id"), _windows.c.policy == bindparam("policy")
 )
@@ -43,7 +44,7 @@ def default_policy(settings: Any) -> Policy:
 def policy_for(session: Session, *, account_id: str, default: Policy) -> Policy:
     """Return the account's own policy, else `default`."""
     row = session.execute(_POLICY_OF, {"account_id": account_id}).first()
-    return policy_of(tuple(row) if row is not None else (None, None, None), default)
+    return default if row is None else policy_of(tuple(row), default)
 
 
 def with_policy(statement: Select[Any], account_id: Any) -> Select[Any]:
@@ -52,9 +53,6 @@ def with_policy(statement: Select[Any], account_id: Any) -> Select[Any]:
     return statement.add_columns(*_POLICY_OF.selected_columns).outerjoin(
         QuotaOverride.__table__, _overrides.account_id == account_id
     )
-
-
-POLICY_WIDTH = 3
 
 
 def policy_of(values: tuple[Any, ...], default: Policy) -> Policy:

@@ -41,24 +41,19 @@ def current_principal(request: Request) -> Principal:
     cached = getattr(request.state, "principal", None)
     if isinstance(cached, Principal):
         return cached
-    bearer_token(request)  # a malformed credential is refused before any database work
+    token = bearer_token(request)  # a malformed credential is refused before any database work
     with runtime_of(request).db.read() as session:
-        return principal_in(request, session)
+        return principal_in(request, session, token)
 
 
-def principal_in(request: Request, session: Session) -> Principal:
-    """`current_principal`, reading in the request's own read session `session` (the invoke
-    route reads the caller and the call's facts in one session)."""
-    cached = getattr(request.state, "principal", None)
-    if isinstance(cached, Principal):
-        return cached
-    token = bearer_token(request)
+def principal_in(request: Request, session: Session, token: str) -> Principal:
+    """The caller of `token` (from `bearer_token`), read in the request's own read session
+    `session`, so that a route can read the caller and its own facts in one session (the
+    invoke route does); remembered on the request like `current_principal`'s."""
     runtime = runtime_of(request)
     now = runtime.clock.now()
     if token.startswith(accounts.API_KEY_PREFIX):
-        principal = accounts.authenticate_api_key(
-            runtime.db, api_key=token, now=now, session=session
-        )
+        principal = accounts.authenticate_api_key(runtime.db, session, api_key=token, now=now)
     elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
         principal = accounts.resolve_access_token(
             session, token=token, settings=runtime.settings, now=now

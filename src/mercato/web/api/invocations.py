@@ -94,11 +94,11 @@ def _invoke_sync(request: Request, service_code: str, version: str, body: bytes)
     # sync dependency (one thread hop per invoke instead of two), and in the same read session
     # as the call's own reads (one session instead of two).
     runtime = runtime_of(request)
-    bearer_token(request)  # a malformed credential is refused before any database work
+    token = bearer_token(request)  # a malformed credential is refused before any database work
     principal: Principal | None = None
     try:
         with runtime.db.read() as session:
-            principal = principal_in(request, session)
+            principal = principal_in(request, session, token)
             key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
             prepared = flows.prepare(
                 runtime,
