@@ -401,6 +401,12 @@ def run_scenarios(
     out["provider_direct"] = base
     out["invoke"] = invokes(concurrency, duration, "")
     out["ratio"] = round(out["invoke"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
+    # Little's law for a closed loop: mean latency = clients / throughput. The platform cannot
+    # serve calls faster than the provider serves them alone, so no platform could have a mean
+    # invoke latency below this at this concurrency, on this machine, in this run.
+    out["closed_loop_floor_ms"] = (
+        round(1000 * concurrency / base["_rate"], 3) if base["_rate"] else None
+    )
     short = max(duration / 2, 1.0)
     if full:
         one_direct = direct(1, short, "1")
@@ -744,6 +750,8 @@ def table(result: dict[str, Any]) -> str:
             "p95 ms",
             "p99 ms",
             "provider/s",
+            "provider p50/p99",
+            "floor ms",
             "ratio",
             "+p50@1 ms",
             "replays/s",
@@ -764,6 +772,8 @@ def table(result: dict[str, Any]) -> str:
                     f"{c['invoke']['p95_ms']:.2f}",
                     f"{c['invoke']['p99_ms']:.2f}",
                     f"{c['provider_direct']['rate']:.0f}",
+                    f"{c['provider_direct']['p50_ms']:.1f}/{c['provider_direct']['p99_ms']:.1f}",
+                    _ms(c.get("closed_loop_floor_ms")),
                     f"{c['ratio']:.3f}" if c.get("ratio") is not None else "-",
                     f"{one['added_p50_ms']:.2f}" if one else "-",
                     f"{c['replay']['rate']:.0f}" if "replay" in c else "-",
@@ -776,6 +786,10 @@ def table(result: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(
+        "floor ms: the lowest mean invoke latency any platform could have at this concurrency "
+        "(clients / the provider's own rate in this run)"
+    )
     for store, data in result["stores"].items():
         ledger = data.get("ledger", {})
         lines.append(
@@ -795,6 +809,10 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _cpu(summary: dict[str, Any]) -> str:
     value = summary.get("cpu_ms_per_request")
     return "-" if value is None else f"{value:.2f}"
@@ -808,7 +826,8 @@ def chart(result: dict[str, Any], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    names, invoke, direct, replay, catalog, p50, p99 = [], [], [], [], [], [], []
+    names, invoke, direct, replay, catalog = [], [], [], [], []
+    p50, p99, direct_p99, floor = [], [], [], []
     for store in result["stores"].values():
         for name, c in store["configurations"].items():
             names.append(name)
@@ -818,6 +837,8 @@ def chart(result: dict[str, Any], path: Path) -> str | None:
             catalog.append(c.get("catalog", {}).get("rate", 0))
             p50.append(c["invoke"]["p50_ms"])
             p99.append(c["invoke"]["p99_ms"])
+            direct_p99.append(c["provider_direct"]["p99_ms"])
+            floor.append(c.get("closed_loop_floor_ms") or 0)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     x = range(len(names))
     width = 0.2
@@ -830,12 +851,19 @@ def chart(result: dict[str, Any], path: Path) -> str | None:
     left.set_title(f"throughput, {result['options']['concurrency']} clients")
     left.margins(y=0.25)  # room above the bars for the legend
     left.legend(loc="upper center", ncol=4, fontsize="small")
-    right.bar([i - 0.2 for i in x], p50, 0.4, label="p50")
-    right.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
+    for offset, (label, values) in enumerate(
+        [
+            ("invoke p50", p50),
+            ("invoke p99", p99),
+            ("provider direct p99", direct_p99),
+            ("closed-loop floor (mean)", floor),
+        ]
+    ):
+        right.bar([i + (offset - 1.5) * width for i in x], values, width, label=label)
     right.set_xticks(list(x), names)
     right.set_ylabel("ms")
-    right.set_title("invoke latency")
-    right.legend()
+    right.set_title("latency")
+    right.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

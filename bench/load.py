@@ -32,6 +32,12 @@ class LoadResult:
     def rate(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
 
+    @property
+    def mean(self) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        return sum(self.latencies_ms) / len(self.latencies_ms)
+
     def percentile(self, p: float) -> float:
         if not self.latencies_ms:
             return float("nan")
@@ -44,6 +50,7 @@ class LoadResult:
             "requests": self.requests,
             "seconds": round(self.seconds, 3),
             "rate": round(self.rate, 1),
+            "mean_ms": round(self.mean, 3),
             "p50_ms": round(self.percentile(50), 3),
             "p95_ms": round(self.percentile(95), 3),
             "p99_ms": round(self.percentile(99), 3),

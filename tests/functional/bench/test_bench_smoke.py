@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.functional
 
 ROOT = Path(__file__).parents[3]
-MEASURES = ("rate", "p50_ms", "p95_ms", "p99_ms", "requests", "statuses")
+MEASURES = ("rate", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "requests", "statuses")
 
 
 def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> None:
@@ -44,6 +44,10 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     assert set(config["replay"]["statuses"]) == {"200"}
     assert config["ratio"] == pytest.approx(
         config["invoke"]["rate"] / config["provider_direct"]["rate"], rel=1e-3
+    )
+    # the closed-loop floor: 2 clients over the provider's own rate in this run
+    assert config["closed_loop_floor_ms"] == pytest.approx(
+        2 * 1000 / config["provider_direct"]["rate"], rel=1e-2
     )
     assert config["one_client"]["invoke"]["requests"] > 0
 
