@@ -3,9 +3,6 @@ a real SDK echo provider, a seeded caller (points, API key), and a tampering HTT
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +14,7 @@ import httpx
 
 from builders.accounts import make_account, make_api_key
 from builders.catalog import approve_connection, example_contract, publish
-from builders.platform_process import free_port, mercato, platform_env, wait_for
+from builders.platform_process import Serve, free_port, mercato, platform_env
 from builders.provider import CREDENTIAL
 from builders.provider_process import ProviderProcess
 from mercato.core.clock import utcnow
@@ -37,43 +34,6 @@ CONTRACT = example_contract(
 )
 
 
-class ServeProcess:
-    """`mercato serve` on a given port, so a restart keeps the address the client uses."""
-
-    def __init__(self, env: dict[str, str], log: Path, port: int) -> None:
-        self.port = port
-        self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mercato", "serve", "--port", str(port)],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(self._ready, what="serve to start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"serve exited with {self.process.returncode}")
-        try:
-            return httpx.get(self.url + "/health/live", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
-
-
 @dataclass
 class Platform:
     """Everything a client test needs; `runtime` reads the same database as `serve`."""
@@ -85,7 +45,7 @@ class Platform:
     caller_id: str
     logs: Path
     port: int = field(default_factory=free_port)
-    serve: ServeProcess | None = None
+    serve: Serve | None = None
 
     @property
     def url(self) -> str:
@@ -95,9 +55,9 @@ class Platform:
     def blobs(self) -> Path:
         return Path(self.env["MERCATO_DATA_DIR"]) / "blobs"
 
-    def start(self, **extra_env: str) -> ServeProcess:
-        self.serve = ServeProcess(
-            {**self.env, **extra_env}, self.logs / f"serve-{utcnow():%H%M%S%f}.log", self.port
+    def start(self, **extra_env: str) -> Serve:
+        self.serve = Serve(
+            {**self.env, **extra_env}, self.logs / f"serve-{utcnow():%H%M%S%f}.log", port=self.port
         )
         return self.serve
 

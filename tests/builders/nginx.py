@@ -11,9 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import httpx
-
-from builders.platform_process import free_port, wait_for
+from builders.platform_process import LiveProcess, free_port
 
 
 def nginx_binary() -> str | None:
@@ -69,44 +67,19 @@ http {{
 """
 
 
-class Nginx:
+class Nginx(LiveProcess):
     """nginx in the foreground with its config, pid and logs under `workdir`."""
+
+    what = "nginx"
 
     def __init__(self, binary: str, workdir: Path, upstreams: list[int]) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        port = free_port()
         self.conf = workdir / "nginx.conf"
-        self.conf.write_text(nginx_conf(workdir, listen=self.port, upstreams=upstreams))
+        self.conf.write_text(nginx_conf(workdir, listen=port, upstreams=upstreams))
         check = subprocess.run(
             [binary, "-t", "-c", str(self.conf)], capture_output=True, text=True, check=False
         )
         assert check.returncode == 0, check.stderr
-        self._log = (workdir / "stderr.log").open("ab")
-        self.process = subprocess.Popen(
-            [binary, "-c", str(self.conf), "-g", "daemon off;"],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(self._ready, what="nginx to start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"nginx exited with {self.process.returncode}")
-        try:
-            return httpx.get(self.url + "/health/live", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()  # SIGTERM: fast shutdown of master and workers
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
+        args = [binary, "-c", str(self.conf), "-g", "daemon off;"]
+        super().__init__(args, workdir / "stderr.log", port=port)

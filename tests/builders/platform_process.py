@@ -49,64 +49,69 @@ def mercato(
     )
 
 
-class Serve:
-    """One `mercato serve` on a free port."""
+def is_live(url: str, process: subprocess.Popen[bytes], what: str) -> bool:
+    """Whether `process` answers `GET /health/live` at `url` (it must not have exited)."""
+    if process.poll() is not None:
+        raise RuntimeError(f"{what} exited with {process.returncode}")
+    try:
+        return httpx.get(url + "/health/live", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
+
+class ManagedProcess:
+    """A child process writing to `log`; `stop` sends SIGTERM, then kills after 15 s."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mercato", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(lambda: self._ready(), what="serve to start")
+        self.process = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+
+
+class LiveProcess(ManagedProcess):
+    """A `ManagedProcess` serving HTTP on 127.0.0.1:`port`, started once it is live."""
+
+    what = "process"
+
+    def __init__(
+        self, args: list[str], log: Path, *, port: int, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = port
+        super().__init__(args, log, env)
+        wait_for(lambda: is_live(self.url, self.process, self.what), what=f"{self.what} to start")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"serve exited with {self.process.returncode}")
-        try:
-            return httpx.get(self.url + "/health/live", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
+class Serve(LiveProcess):
+    """One `mercato serve`, on a free port unless one is given (a restart keeps its address)."""
+
+    what = "serve"
+
+    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
+        port = free_port() if port is None else port
+        args = [sys.executable, "-m", "mercato", "serve", "--port", str(port)]
+        super().__init__(args, log, port=port, env=env)
 
 
-class Worker:
+class Worker(ManagedProcess):
     """One `mercato worker` running its loops until stopped."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mercato", "worker", "--idle-seconds", "0.1"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            [sys.executable, "-m", "mercato", "worker", "--idle-seconds", "0.1"], log, env
         )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
 
 
 def wait_for(condition: Callable[[], Any], *, what: str, timeout: float = 60) -> Any:

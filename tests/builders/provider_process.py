@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from builders.platform_process import free_port, is_live, wait_for
 from builders.provider import CREDENTIAL
 
 ECHO_PROVIDER = Path(__file__).parents[1] / "functional" / "provider" / "echo_provider.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -52,18 +43,9 @@ class ProviderProcess:
         self._wait_live()
 
     def _wait_live(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"provider exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.base_url}/health/live", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)  # polling a condition with a bounded deadline
-        raise TimeoutError("provider did not become live")
+        process = self.process
+        assert process is not None
+        wait_for(lambda: is_live(self.base_url, process, "provider"), what="provider", timeout=30)
 
     def wait_exit(self, timeout: float = 30) -> int:
         assert self.process is not None
