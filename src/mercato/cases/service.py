@@ -7,8 +7,6 @@ posts in the same transaction as the case's and the receipt's move to REFUNDED.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import enum
 from typing import Any, cast
@@ -28,6 +26,7 @@ from mercato.cases.models import Case
 from mercato.cases.schemas import DECISIONS, CaseState, CaseView, Category, Decision, Kind, Page
 from mercato.catalog import service as catalog
 from mercato.core.canonical import canonical_json, sha256_hex
+from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import IdempotencyKeyReused
@@ -131,16 +130,9 @@ def get_case_for(session: Session, *, case_id: str, account_id: str, is_staff: b
     return _view(row)
 
 
-def _encode_cursor(case_id: str) -> str:
-    return base64.urlsafe_b64encode(case_id.encode()).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> str:
-    try:
-        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidCursor("The cursor is not valid.") from exc
-    if not value.startswith("case_") or len(value) > 40:
+    value = decode_cursor(cursor)
+    if value is None or not value.startswith("case_") or len(value) > 40:
         raise InvalidCursor("The cursor is not valid.")
     return value
 
@@ -173,7 +165,7 @@ def list_cases(
     rows = session.execute(query.order_by(_c.id.desc()).limit(limit + 1)).all()
     items = [_view(r) for r in rows[:limit]]
     more = len(rows) > limit
-    return Page(items=items, next_cursor=_encode_cursor(items[-1].case_id) if more else None)
+    return Page(items=items, next_cursor=encode_cursor(items[-1].case_id) if more else None)
 
 
 # --- submission --------------------------------------------------------------------------

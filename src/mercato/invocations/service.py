@@ -7,8 +7,6 @@ operation (settle or release) happen in the same transaction, so an invocation s
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
+from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
 from mercato.db.base import UTCDateTime
 from mercato.invocations.errors import (
@@ -134,16 +133,9 @@ def get_invocation_for_owner(
     return _view(row)
 
 
-def encode_cursor(invocation_id: str) -> str:
-    return base64.urlsafe_b64encode(invocation_id.encode()).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> str:
-    try:
-        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidCursor("The cursor is not valid.") from exc
-    if not value.startswith("inv_") or len(value) > 40:
+    value = decode_cursor(cursor)
+    if value is None or not value.startswith("inv_") or len(value) > 40:
         raise InvalidCursor("The cursor is not valid.")
     return value
 

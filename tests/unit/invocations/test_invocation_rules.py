@@ -8,7 +8,6 @@ from mercato.invocations import flows
 from mercato.invocations.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from mercato.invocations.service import (
     check_idempotency_key,
-    encode_cursor,
     fingerprint_of,
     provider_key_for,
 )
@@ -50,7 +49,6 @@ def test_fingerprint_is_canonical_and_covers_code_and_version() -> None:
 
 def test_provider_key_is_derived_from_the_invocation_only() -> None:
     assert provider_key_for("inv_abc") == "mercato:inv_abc"
-    assert encode_cursor("inv_abc") != "inv_abc"
 
 
 def test_schema_errors_use_json_pointers() -> None:

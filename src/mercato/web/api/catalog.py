@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
+import contextlib
 from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -21,6 +20,7 @@ from mercato.catalog.schemas import (
     VersionDocument,
 )
 from mercato.core.canonical import digest_of
+from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.errors import MercatoError
 from mercato.web.deps import runtime_of
 
@@ -39,7 +39,7 @@ def _listings_page(request: Request, limit: int, cursor: str | None) -> Response
     with runtime_of(request).db.read() as session:
         rows, more = service.public_listings(session, limit=limit, after=after)
         items = [ListingSummary.of(listing, versions) for listing, versions in rows]
-    next_cursor = _encode_cursor(items[-1].service_code) if more and items else None
+    next_cursor = encode_cursor(items[-1].service_code) if more and items else None
     return JSONResponse(ListingPage(items=items, next_cursor=next_cursor).body())
 
 
@@ -80,17 +80,12 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
     return any(c == "*" or c.removeprefix("W/") == tag for c in candidates)
 
 
-def _encode_cursor(service_code: str) -> str:
-    return base64.urlsafe_b64encode(service_code.encode()).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> str:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = base64.urlsafe_b64decode(padded.encode("ascii")).decode()
-        return service.check_service_code(value)
-    except (ValueError, binascii.Error, UnicodeError, InvalidServiceCode) as exc:
-        raise InvalidCursor("The cursor is not one this API gave out.") from exc
+    value = decode_cursor(cursor)
+    if value is not None:
+        with contextlib.suppress(InvalidServiceCode):
+            return service.check_service_code(value)
+    raise InvalidCursor("The cursor is not one this API gave out.")
 
 
 # --- the listing paths ------------------------------------------------------------------
