@@ -268,10 +268,9 @@ def prepare(runtime: Runtime, session: Session, request: InvokeRequest) -> Invok
         replay = _replay(existing, fingerprint, now)
         # A replay takes nothing; its RateLimit headers show the window as it stands, read in
         # this same session.
-        policy = quotas.policy_for(
-            session, account_id=request.account_id, default=quotas.default_policy(settings)
+        current = quotas.current_status(
+            session, account_id=request.account_id, settings=settings, now=now
         )
-        current = quotas.status(session, account_id=request.account_id, policy=policy, now=now)
         return replace(replay, quota=current)
     version, target, policy = _facts(session, request, settings)
     return Prepared(request, fingerprint, version, target, policy)

@@ -135,7 +135,6 @@ def reserve(
     invocation row does) choose it; a fresh one is made otherwise. (`savepoint`: `_atomic`.)"""
     check_reservation(amount=amount, reference=reference)
     reservation_id = reservation_id or new_id("res")
-    short = _short_of_points
     try:
         with _atomic(session, savepoint):
             session.execute(
@@ -156,7 +155,7 @@ def reserve(
                 memo=reference,
                 now=now,
                 legs=[
-                    _Leg(account_id, AccountKind.AVAILABLE, -amount, on_short=short),
+                    _Leg(account_id, AccountKind.AVAILABLE, -amount, on_short=_short_of_points),
                     _Leg(account_id, AccountKind.RESERVED, amount),
                 ],
             )

@@ -104,6 +104,15 @@ def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetim
     return _status(policy, start, accepted, now)
 
 
+def current_status(
+    session: Session, *, account_id: str, settings: Any, now: dt.datetime
+) -> QuotaStatus:
+    """The account's current window under its own policy (else the default), taking nothing:
+    what the RateLimit headers, `/v1/rate-limit` and the account page show."""
+    policy = policy_for(session, account_id=account_id, default=default_policy(settings))
+    return status(session, account_id=account_id, policy=policy, now=now)
+
+
 def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> int | None:
     # (Bind names differ from column names: an UPDATE's parameters named after columns SET them.)
     params = {

@@ -444,18 +444,16 @@ class Simulation:
         caller = self.world.callers[ks.caller]
         runtime = self.world.runtime
         with runtime.db.read() as session:
-            policy = quotas.policy_for(
+            status = quotas.current_status(
                 session,
                 account_id=caller.account_id,
-                default=quotas.default_policy(runtime.settings),
+                settings=runtime.settings,
+                now=self.clock.now(),
             )
-            status = quotas.status(
-                session, account_id=caller.account_id, policy=policy, now=self.clock.now()
-            )
-        if status.accepted < policy.limit:
+        if status.accepted < status.limit:
             self.recorder.violate(
                 "quota-counts-accepted-intents",
-                f"{ks.key}: 429 with {status.accepted}/{policy.limit} accepted",
+                f"{ks.key}: 429 with {status.accepted}/{status.limit} accepted",
                 caller.name,
             )
 

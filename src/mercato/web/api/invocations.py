@@ -22,7 +22,6 @@ from mercato.invocations.errors import (
 )
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
 from mercato.quotas import service as quotas
-from mercato.quotas.schemas import QuotaStatus
 from mercato.web.deps import bearer_token, current_principal, principal_in, runtime_of
 
 router = APIRouter(tags=["invocations"])
@@ -80,11 +79,8 @@ def outcome_response(view: InvocationView, headers: dict[str, str]) -> Response:
 def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
     runtime = runtime_of(request)
     with runtime.db.read() as session:
-        policy = quotas.policy_for(
-            session, account_id=account_id, default=quotas.default_policy(runtime.settings)
-        )
-        current: QuotaStatus = quotas.status(
-            session, account_id=account_id, policy=policy, now=runtime.clock.now()
+        current = quotas.current_status(
+            session, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
         )
     return current.headers()
 

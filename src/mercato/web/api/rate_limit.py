@@ -20,12 +20,10 @@ def rate_limit(
 ) -> Any:
     runtime = runtime_of(request)
     with runtime.db.read() as session:
-        policy = quotas.policy_for(
+        current = quotas.current_status(
             session,
             account_id=principal.account_id,
-            default=quotas.default_policy(runtime.settings),
-        )
-        current = quotas.status(
-            session, account_id=principal.account_id, policy=policy, now=runtime.clock.now()
+            settings=runtime.settings,
+            now=runtime.clock.now(),
         )
     return JSONResponse(current.to_json(), headers=current.headers())

@@ -25,11 +25,8 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
         balances = ledger.balances(session, account_id=user.account_id)
         history = queries.ledger_history(session, account_id=user.account_id)
         keys = list(accounts.list_api_keys(session, account_id=user.account_id))
-        policy = quotas.policy_for(
-            session, account_id=user.account_id, default=quotas.default_policy(runtime.settings)
-        )
-        quota = quotas.status(
-            session, account_id=user.account_id, policy=policy, now=runtime.clock.now()
+        quota = quotas.current_status(
+            session, account_id=user.account_id, settings=runtime.settings, now=runtime.clock.now()
         )
         key_rows = [
             {
