@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mercato.cli import commands_core
-from mercato.cli.output import EXIT_USAGE, fail
+from mercato.cli.output import EXIT_USAGE, BadArgument, bad_argument, fail
 from mercato.core.errors import MercatoError
 from mercato.settings import SettingsError
 
@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
+    except BadArgument as exc:
+        return bad_argument(exc)
     except SettingsError as exc:
         parser.exit(EXIT_USAGE, f"configuration error: {exc}\n")
     except MercatoError as exc:

@@ -25,6 +25,21 @@ def emit(data: dict[str, Any], *, as_json: bool, text: str | None = None) -> Non
     sys.stdout.flush()
 
 
+class BadArgument(Exception):
+    """An operator's argument that cannot be used: exit 2 with one line naming it."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+        self.message = message
+
+
+def bad_argument(error: BadArgument) -> int:
+    """Report a bad argument as one line on stderr and return exit code 2."""
+    sys.stderr.write(f"error: argument {error.argument}: {error.message}\n")
+    return EXIT_USAGE
+
+
 def fail(error: MercatoError) -> int:
     """Report a domain error on stderr and return the exit code."""
     sys.stderr.write(f"error: {error.code}: {error.message}\n")
