@@ -276,8 +276,12 @@ def record_run(
     finished_at: dt.datetime,
     checks: Sequence[CheckVerdict],
 ) -> RunView:
-    """Store one run; it passed only with nine verdicts, all `passed`, in order 1..9."""
-    get_connection(session, connection_id=connection_id)
+    """Store one run; it passed only with nine verdicts, all `passed`, in order 1..9.
+
+    A run that did not pass on the approved revision lapses the approval at once (DESIGN §7):
+    calls are refused until a new run passes and staff approve again.
+    """
+    connection = _lock_connection(session, connection_id=connection_id)
     positions = [check.position for check in checks]
     if positions != list(range(1, len(checks) + 1)):
         raise ValueError("checks must be in order, numbered from 1")
@@ -291,6 +295,8 @@ def record_run(
         passed=passed,
     )
     session.add(run)
+    if not passed and connection.approved_revision == connection_revision:
+        connection.approved_revision = None
     session.flush()
     for check in checks:
         session.add(
