@@ -16,7 +16,8 @@ SERVICE_CODE = "pixiv.daily-ranking"
 DISPLAY_NAME = "pixiv daily ranking"
 
 # The spec 2.2 example version's input: vetted adapter, 64 KiB / 256 KiB, closed
-# installation-config schema, open request and result schemas, with an artifact contract.
+# installation-config schema, open request and result schemas (the request's three members
+# bounded, decision 0205), with an artifact contract.
 EXAMPLE_CONTRACT: dict[str, Any] = {
     "adapterRef": "vetted.http-json/v1",
     "installationConfigSchema": {
@@ -33,7 +34,16 @@ EXAMPLE_CONTRACT: dict[str, Any] = {
         "UNKNOWN_OUTCOME",
     ],
     "requestMaxBytes": 65536,
-    "requestSchema": {"type": "object", "additionalProperties": True},
+    "requestSchema": {
+        "type": "object",
+        "properties": {
+            "chart": {"enum": ["overall", "illust", "manga"]},
+            "limit": {"type": ["integer", "null"], "minimum": 1, "maximum": 500, "default": 50},
+            "snapshotId": {"type": ["string", "null"]},
+        },
+        "required": ["chart"],
+        "additionalProperties": True,
+    },
     "requestShape": {
         "chart": "string: overall | illust | manga",
         "limit": "integer 1-500, default 50",

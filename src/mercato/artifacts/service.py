@@ -16,10 +16,10 @@ from mercato.artifacts.errors import ArtifactNotFound, ManifestInvalid
 from mercato.artifacts.models import InvocationArtifact
 from mercato.artifacts.schemas import ManifestEntry, PendingIngestion, StoredArtifact
 from mercato.artifacts.store import is_digest, record_blob
+from mercato.protocol.manifest import MAX_ARTIFACT_BYTES as MAX_ARTIFACT_BYTES
+from mercato.protocol.manifest import MAX_ARTIFACT_ID_CHARS as MAX_ARTIFACT_ID_CHARS
+from mercato.protocol.manifest import MAX_MANIFEST_ENTRIES as MAX_MANIFEST_ENTRIES
 
-MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
-MAX_MANIFEST_ENTRIES = 256
-MAX_ARTIFACT_ID_CHARS = 128
 LEASE_SECONDS = 120
 BACKOFF_BASE_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 3600.0

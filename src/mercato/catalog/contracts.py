@@ -11,6 +11,14 @@ from jsonschema.exceptions import SchemaError
 
 from mercato.catalog.errors import InvalidContract, InvalidVersionLabel
 from mercato.core.canonical import digest_of
+from mercato.protocol.manifest import (
+    DIGEST_ALGORITHM,
+    MANIFEST_MEMBER,
+    MAX_MANIFEST_ENTRIES,
+    MIN_MANIFEST_ENTRY_BYTES,
+    entries_within,
+)
+from mercato.protocol.wire import ARTIFACTS_PATH_PREFIX
 
 PROVIDER_OUTCOMES = ("SUCCEEDED", "DEFINED_FAILURE", "RETRYABLE_BEFORE_ACCEPT", "UNKNOWN_OUTCOME")
 MAX_BODY_LIMIT = 64 * 1024 * 1024
@@ -111,6 +119,8 @@ def build_contract(raw: Any, *, service_code: str, version: str) -> BuiltContrac
     for name, digest_member in _SCHEMA_DIGESTS.items():
         document[digest_member] = _digest(schemas[name])
     _digest(artifact)  # the artifact contract must be canonical JSON too
+    if artifact is not None:
+        _check_artifact_limits(artifact, document)
     contract_digest = _digest(document)
     document["contractDigest"] = contract_digest
     return BuiltContract(
@@ -187,6 +197,50 @@ def _outcomes(value: Any) -> list[str]:
             + "."
         )
     return list(value)
+
+
+# What the platform does with an artifact contract: the members a contract may state about it
+# must say the same, or the version would advertise a mechanism the platform does not run.
+_ARTIFACT_FACTS = {
+    "manifestMember": MANIFEST_MEMBER,
+    "digestAlgorithm": DIGEST_ALGORITHM,
+    "fetch": f"GET {ARTIFACTS_PATH_PREFIX}{{digest}}",
+}
+
+
+def _check_artifact_limits(artifact: dict[str, Any], document: dict[str, Any]) -> None:
+    """Refuse an artifact contract that declares what the platform would refuse (decision 0205)."""
+    for name, platform_value in _ARTIFACT_FACTS.items():
+        if name in artifact and artifact[name] != platform_value:
+            raise InvalidContract(
+                f"artifactContract.{name} must be {platform_value!r}: the platform supports "
+                "nothing else."
+            )
+    declared = _manifest_schema(document["resultSchema"])
+    for keyword in ("maxItems", "minItems"):
+        value = declared.get(keyword)
+        if isinstance(value, int) and value > MAX_MANIFEST_ENTRIES:
+            raise InvalidContract(
+                f"resultSchema allows {keyword} {value} artifacts; the platform accepts at most "
+                f"{MAX_MANIFEST_ENTRIES} per call."
+            )
+    if "maxItems" not in declared and entries_within(document["responseMaxBytes"]) > (
+        MAX_MANIFEST_ENTRIES
+    ):
+        raise InvalidContract(
+            f"responseMaxBytes {document['responseMaxBytes']} lets a result carry more than "
+            f"{MAX_MANIFEST_ENTRIES} artifacts, the most the platform accepts per call; declare "
+            f"resultSchema.properties.{MANIFEST_MEMBER}.maxItems (at most "
+            f"{MAX_MANIFEST_ENTRIES}) or a responseMaxBytes of at most "
+            f"{MAX_MANIFEST_ENTRIES * MIN_MANIFEST_ENTRY_BYTES}."
+        )
+
+
+def _manifest_schema(result_schema: dict[str, Any]) -> dict[str, Any]:
+    """The result schema's own subschema for the manifest member (empty when it has none)."""
+    properties = result_schema.get("properties")
+    member = properties.get(MANIFEST_MEMBER) if isinstance(properties, dict) else None
+    return member if isinstance(member, dict) else {}
 
 
 def _limit(raw: dict[str, Any], name: str) -> int:

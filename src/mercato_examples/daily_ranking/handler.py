@@ -26,6 +26,8 @@ def _limit(payload: dict[str, Any]) -> int | None:
     value = payload.get("limit")
     if value is None:
         return DEFAULT_LIMIT
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0 is an integer to JSON Schema, so the contract allows it
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value if 1 <= value <= MAX_LIMIT else None

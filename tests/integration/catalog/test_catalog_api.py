@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from builders.catalog import (
     DISPLAY_NAME,
+    EXAMPLE_CONTRACT,
     SERVICE_CODE,
     example_contract,
     make_connection,
@@ -51,7 +52,12 @@ def test_contract_endpoint_returns_spec_members_of_the_example(
     assert body["serviceCode"] == SERVICE_CODE and body["version"] == "v1"
     assert body["adapterRef"] == "vetted.http-json/v1"
     assert body["installationConfigSchema"] == CLOSED_CONFIG
-    assert body["requestSchema"] == OPEN_SCHEMA and body["resultSchema"] == OPEN_SCHEMA
+    # Spec 2.2: open objects (additionalProperties true); the request's own members are
+    # bounded as the provider answers them (decision 0205).
+    assert body["requestSchema"] == EXAMPLE_CONTRACT["requestSchema"]
+    assert body["requestSchema"]["type"] == "object"
+    assert body["requestSchema"]["additionalProperties"] is True
+    assert body["resultSchema"] == OPEN_SCHEMA
     assert (body["requestMaxBytes"], body["responseMaxBytes"]) == (65536, 262144)
     assert body["providerOutcomes"] == [
         "SUCCEEDED", "DEFINED_FAILURE", "RETRYABLE_BEFORE_ACCEPT", "UNKNOWN_OUTCOME",
@@ -61,7 +67,7 @@ def test_contract_endpoint_returns_spec_members_of_the_example(
     # Every digest recomputed here from the published members.
     assert body["adapterContractDigest"] == digest_of({"adapterRef": "vetted.http-json/v1"})
     assert body["installationConfigSchemaDigest"] == digest_of(CLOSED_CONFIG)
-    assert body["requestSchemaDigest"] == digest_of(OPEN_SCHEMA)
+    assert body["requestSchemaDigest"] == digest_of(EXAMPLE_CONTRACT["requestSchema"])
     assert body["resultSchemaDigest"] == digest_of(OPEN_SCHEMA)
     assert body["contractDigest"] == digest_of(
         {k: v for k, v in body.items() if k != "contractDigest"}

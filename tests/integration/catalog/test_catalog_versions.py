@@ -11,6 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from builders.accounts import make_account
 from builders.catalog import (
+    EXAMPLE_CONTRACT,
     SERVICE_CODE,
     example_contract,
     facts,
@@ -288,7 +289,7 @@ def test_invocable_version_carries_what_invoke_needs(runtime: Runtime) -> None:
     assert (found.price, found.request_max_bytes, found.response_max_bytes) == (10, 65536, 262144)
     assert found.provider_account_id == owner_id and found.provider_share_bps == 7000
     assert found.connection_id == connection_id and found.has_artifact_contract
-    assert found.contract["requestSchema"] == {"type": "object", "additionalProperties": True}
+    assert found.contract["requestSchema"] == EXAMPLE_CONTRACT["requestSchema"]
     assert found.contract_digest == found.contract["contractDigest"]
 
 

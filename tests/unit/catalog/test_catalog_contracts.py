@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from builders.catalog import EXAMPLE_CONTRACT, example_contract
-from mercato.catalog.contracts import build_contract, parse_version_label, public_document
+from mercato.catalog.contracts import (
+    MAX_BODY_LIMIT,
+    build_contract,
+    parse_version_label,
+    public_document,
+)
 from mercato.catalog.errors import InvalidContract, InvalidVersionLabel
 from mercato.catalog.examples import example_contract as packaged_example
 from mercato.core.canonical import digest_of
+from mercato.protocol.manifest import MAX_MANIFEST_ENTRIES, MIN_MANIFEST_ENTRY_BYTES, entries_within
 
 SPEC_MEMBERS = {
     "serviceCode",
@@ -44,8 +51,8 @@ def test_example_builds_with_every_digest_recomputable() -> None:
     assert doc["installationConfigSchemaDigest"] == digest_of(
         {"type": "object", "properties": {}, "additionalProperties": False}
     )
-    assert doc["requestSchemaDigest"] == digest_of({"type": "object", "additionalProperties": True})
-    assert doc["resultSchemaDigest"] == doc["requestSchemaDigest"]
+    assert doc["requestSchemaDigest"] == digest_of(EXAMPLE_CONTRACT["requestSchema"])
+    assert doc["resultSchemaDigest"] == digest_of({"type": "object", "additionalProperties": True})
     without = {k: v for k, v in doc.items() if k != "contractDigest"}
     assert doc["contractDigest"] == built.contract_digest == digest_of(without)
     assert doc["hasArtifactContract"] is True
@@ -150,3 +157,61 @@ def test_version_labels(label: str, number: int) -> None:
 def test_aliases_and_malformed_labels_are_refused(label: str) -> None:
     with pytest.raises(InvalidVersionLabel):
         parse_version_label(label)
+
+
+def _manifest_schema(**artifacts: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"artifacts": {"type": "array", **artifacts}}}
+
+
+# Contracts whose declared limits contradict what the platform enforces (decision 0205).
+CONTRADICTING = [
+    ("response limit over the platform's", example_contract(responseMaxBytes=MAX_BODY_LIMIT + 1)),
+    ("request limit over the platform's", example_contract(requestMaxBytes=MAX_BODY_LIMIT + 1)),
+    (
+        "unbounded manifest in a response too large for the cap",
+        example_contract(responseMaxBytes=(MAX_MANIFEST_ENTRIES + 1) * MIN_MANIFEST_ENTRY_BYTES),
+    ),
+    (
+        "manifest maxItems over the cap",
+        example_contract(resultSchema=_manifest_schema(maxItems=MAX_MANIFEST_ENTRIES + 1)),
+    ),
+    (
+        "manifest minItems over the cap",
+        example_contract(resultSchema=_manifest_schema(minItems=MAX_MANIFEST_ENTRIES + 1)),
+    ),
+    (
+        "another manifest member",
+        example_contract(artifactContract={"manifestMember": "files"}),
+    ),
+    ("another digest", example_contract(artifactContract={"digestAlgorithm": "sha512"})),
+    ("another fetch path", example_contract(artifactContract={"fetch": "GET /blobs/{digest}"})),
+]
+
+
+@pytest.mark.parametrize(("case", "raw"), CONTRADICTING, ids=[c for c, _ in CONTRADICTING])
+def test_contracts_contradicting_the_platform_are_refused(case: str, raw: Any) -> None:
+    with pytest.raises(InvalidContract) as caught:
+        build_contract(raw, service_code="a.b", version="v1")
+    assert caught.value.code == "INVALID_CONTRACT" and caught.value.status == 422
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        example_contract(responseMaxBytes=MAX_MANIFEST_ENTRIES * MIN_MANIFEST_ENTRY_BYTES),
+        example_contract(
+            responseMaxBytes=MAX_BODY_LIMIT,
+            resultSchema=_manifest_schema(maxItems=MAX_MANIFEST_ENTRIES),
+        ),
+        example_contract(responseMaxBytes=MAX_BODY_LIMIT, artifactContract=None),
+    ],
+    ids=["largest unbounded response", "bounded manifest", "no artifact contract"],
+)
+def test_contracts_within_the_platform_limits_build(raw: dict[str, Any]) -> None:
+    build_contract(raw, service_code="a.b", version="v1")
+
+
+def test_a_response_within_the_spec_limit_never_carries_more_than_the_cap() -> None:
+    assert entries_within(262144) <= MAX_MANIFEST_ENTRIES
+    smallest = {"artifactId": "a", "digest": "0" * 64, "mediaType": "a/b", "size": 0}
+    assert len(orjson.dumps(smallest)) + len(b",") == MIN_MANIFEST_ENTRY_BYTES

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from builders.daily_ranking import SMALL_SIZES, control, running_sample, settings_for
+from mercato.catalog.examples import example_contract as packaged_example
 from mercato.provider import DefinedFailure, Success
 from mercato_examples.daily_ranking.handler import RESULT_BUDGET_BYTES, RankingHandler
 from mercato_examples.daily_ranking.provider import DailyRanking
@@ -185,3 +187,27 @@ def test_a_result_never_outgrows_the_response_limit(tmp_path: Path) -> None:
     assert [e["rank"] for e in shown] == list(range(1, len(shown) + 1))
     assert len(answer.artifacts) == len(shown) < 500
     store.close()
+
+
+_LIMITS: list[Any] = [1, 50, 499, 500, 500.0, None, 0, 501, -1, 2.5, "10", True, [5]]
+CONTRACT_PAYLOADS: list[dict[str, Any]] = [
+    *({"chart": chart, "limit": limit} for chart in ("overall", "manga") for limit in _LIMITS),
+    {"chart": "illust"},
+    {"chart": "illust", "snapshotId": None, "extra": "members are allowed"},
+    {"chart": "weekly"},
+    {"chart": None},
+    {"limit": 5},
+]
+
+
+@pytest.mark.parametrize("payload", CONTRACT_PAYLOADS, ids=repr)
+def test_the_handler_answers_whatever_the_published_request_schema_allows(
+    handler: RankingHandler, payload: dict[str, Any]
+) -> None:
+    """Decision 0205: a value the contract admits is never a handler refusal, and vice versa."""
+    schema = packaged_example()["requestSchema"]
+    allowed = not list(Draft202012Validator(schema).iter_errors(payload))
+
+    answer = handler(payload)
+
+    assert isinstance(answer, Success) == allowed, answer
