@@ -1,23 +1,29 @@
 """`mercato admin add-connection`, `update-connection`, `check-connection`, `approve-connection`.
 
 Submitting or changing a connection commits first and then runs the conformance check (network,
-outside any transaction), which records its run in a short transaction of its own.
+outside any transaction), which records its run in a short transaction of its own. An argument
+the services refuse (an unknown owner or connection, a name, URL or credential they reject, a
+base URL naming a non-public address) exits 2 with one line naming it, before anything is sent.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, emit
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
+from mercato.core.errors import MercatoError
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.providers import service as providers
+from mercato.providers.errors import ConnectionNotFound
 from mercato.providers.schemas import RunView
 
 
@@ -33,7 +39,7 @@ def register(_top: Any, admin: Any) -> None:
     update = admin.add_parser(
         "update-connection", help="change name, URL or credential (lapses approval) and re-check"
     )
-    update.add_argument("connection_id")
+    update.add_argument("connection_id", metavar="ID")
     update.add_argument("--name")
     update.add_argument("--base-url")
     update.add_argument("--credential", help="the new credential; '-' reads stdin")
@@ -41,14 +47,14 @@ def register(_top: Any, admin: Any) -> None:
     update.set_defaults(handler=cmd_update_connection)
 
     check = admin.add_parser("check-connection", help="run the nine conformance checks now")
-    check.add_argument("connection_id")
+    check.add_argument("connection_id", metavar="ID")
     check.add_argument("--json", action="store_true")
     check.set_defaults(handler=cmd_check_connection)
 
     approve = admin.add_parser(
         "approve-connection", help="approve a connection whose latest check passed all nine"
     )
-    approve.add_argument("connection_id")
+    approve.add_argument("connection_id", metavar="ID")
     approve.add_argument("--json", action="store_true")
     approve.set_defaults(handler=cmd_approve_connection)
 
@@ -59,14 +65,36 @@ def _credential(value: str | None) -> str | None:
     return value
 
 
+# The option that carries each member a connection error names (`field`).
+_FLAGS = {"name": "--name", "baseUrl": "--base-url", "credential": "--credential"}
+
+
+@contextmanager
+def _arguments_checked() -> Iterator[None]:
+    """Turn a service's refusal of an argument into BadArgument naming the option."""
+    try:
+        yield
+    except ConnectionNotFound:
+        raise BadArgument("ID", "no such provider connection") from None
+    except MercatoError as error:
+        flag = _FLAGS.get(error.extra.get("field", ""))
+        if flag is None:
+            raise
+        raise BadArgument(flag, error.message) from None
+
+
 def _owner_id(session: Session, email: str) -> str:
     from mercato.accounts import service as accounts
+    from mercato.accounts.errors import AccountNotFound
 
-    return accounts.get_account_by_email(session, email=email).id
+    try:
+        return accounts.get_account_by_email(session, email=email).id
+    except AccountNotFound:
+        raise BadArgument("--owner", "no account has this email") from None
 
 
 def _check(runtime: Runtime, connection_id: str) -> RunView:
-    with ProviderClient(runtime.settings) as client:
+    with ProviderClient(runtime.settings) as client, _arguments_checked():
         return check_connection(runtime, client, connection_id=connection_id)
 
 
@@ -90,7 +118,7 @@ def cmd_add_connection(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
     with runtime.db.read() as session:
         owner_id = _owner_id(session, args.owner)
-    with ProviderClient(runtime.settings) as client:
+    with ProviderClient(runtime.settings) as client, _arguments_checked():
         submitted = submit_connection(
             runtime,
             client,
@@ -110,7 +138,7 @@ def cmd_add_connection(args: argparse.Namespace) -> int:
 
 def cmd_update_connection(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    with ProviderClient(runtime.settings) as client:
+    with ProviderClient(runtime.settings) as client, _arguments_checked():
         changed = change_connection(
             runtime,
             client,
@@ -144,7 +172,7 @@ def cmd_check_connection(args: argparse.Namespace) -> int:
 
 def cmd_approve_connection(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    with runtime.db.transaction() as session:
+    with _arguments_checked(), runtime.db.transaction() as session:
         connection = providers.approve_connection(
             session, connection_id=args.connection_id, now=runtime.clock.now()
         )

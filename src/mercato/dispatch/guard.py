@@ -10,7 +10,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Sequence
 
-from mercato.providers.addresses import IPAddress, check_base_url, forbidden_reason, parse_ip
+from mercato.providers.addresses import (
+    IPAddress,
+    check_base_url,
+    forbidden_reason,
+    literal_host_reason,
+    parse_ip,
+)
 
 __all__ = [
     "BlockedAddress",
@@ -18,6 +24,7 @@ __all__ = [
     "UnresolvableHost",
     "check_base_url",
     "forbidden_reason",
+    "literal_host_reason",
     "resolve_checked",
     "system_resolver",
 ]

@@ -1,7 +1,8 @@
 """What a provider address may be: public unicast only, over http(s), without userinfo.
 
 Pure classification with `ipaddress` (no DNS, no I/O); `mercato.dispatch.guard` applies it to
-resolved addresses at connect time, the connection service to literal addresses at submission.
+resolved addresses at connect time, the connection service to the literal host of a base URL at
+submission (an IP address in any form a resolver accepts, `localhost` and `*.localhost`).
 `is_global` alone is not trusted (CPython has shipped wrong tables, CVE-2024-4032), so an
 explicit deny list backs it up, and every IPv6 form that embeds an IPv4 address is refused.
 """
@@ -9,10 +10,15 @@ explicit deny list backs it up, and every IPv6 form that embeds an IPv4 address 
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import urlsplit
+import re
+import socket
+from urllib.parse import unquote, urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ALLOWED_SCHEMES = frozenset({"http", "https"})
+# Dotted labels of decimal, octal or hex numbers: what `inet_aton` (and so `getaddrinfo`, and a
+# WHATWG URL parser) reads as an IPv4 address, e.g. `127.1`, `0x7f.1`, `2130706433`.
+_NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}")
 
 
 def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -80,6 +86,39 @@ def parse_ip(text: str) -> IPAddress:
     return ipaddress.ip_address(text.split("%", 1)[0])
 
 
+def _numeric_ipv4(host: str) -> IPAddress | None:
+    """The IPv4 address a numeric host such as `127.1` or `0x7f000001` names, else None.
+
+    Raises ValueError for a numeric host that is no address (`1.2.3.999`): a URL parser refuses
+    it, and no name lookup should be attempted for it either.
+    """
+    if _NUMERIC_HOST.fullmatch(host) is None:
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        raise ValueError(host) from None
+
+
+def literal_host_reason(host: str) -> str | None:
+    """Return why `host`, taken literally (no DNS), is not a public destination, else None.
+
+    `localhost` and `*.localhost` are loopback by definition (RFC 6761); an IP address counts in
+    every spelling a resolver accepts; any other name is judged when it is resolved.
+    """
+    name = unquote(host).lower().removesuffix(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "loopback"
+    try:
+        literal: IPAddress | None = parse_ip(name)
+    except ValueError:
+        try:
+            literal = _numeric_ipv4(name)
+        except ValueError:
+            return "malformed"
+    return None if literal is None else forbidden_reason(literal)
+
+
 def check_base_url(url: str, *, allow_private: bool) -> str | None:
     """Return why `url` cannot be a provider base URL (syntax and literal addresses), else None.
 
@@ -102,8 +141,4 @@ def check_base_url(url: str, *, allow_private: bool) -> str | None:
         return "port"
     if allow_private:
         return None
-    try:
-        literal = parse_ip(parts.hostname)
-    except ValueError:
-        return None
-    return forbidden_reason(literal)
+    return literal_host_reason(parts.hostname)

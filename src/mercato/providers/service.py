@@ -58,6 +58,7 @@ CHECK_COUNT = 9
 NAME_MAX = 100
 BASE_URL_MAX = 2048
 CREDENTIAL_MAX = 1024
+BASE_URL_FIELD = "baseUrl"  # the member a problem document names (`field`), as the API spells it
 
 
 def _fernet(settings: Settings) -> Fernet:
@@ -87,20 +88,33 @@ def _decrypted(key: bytes, ciphertext: str) -> str:
 def _clean_name(name: str) -> str:
     name = name.strip()
     if not 1 <= len(name) <= NAME_MAX or not name.isprintable():
-        raise InvalidConnection(f"name must be 1-{NAME_MAX} printable characters")
+        raise InvalidConnection(f"name must be 1-{NAME_MAX} printable characters", field="name")
     return name
 
 
+_SYNTAX_REASONS = frozenset(
+    {"malformed", "scheme", "no_host", "userinfo", "query_or_fragment", "port"}
+)
+
+
 def _clean_base_url(base_url: str, settings: Settings) -> str:
+    """The base URL without trailing slashes; one that names a non-public address literally is
+    refused here, outside dev (DESIGN §7): the connect-time guard still judges every name."""
     base_url = base_url.strip().rstrip("/")
     if len(base_url) > BASE_URL_MAX:
-        raise InvalidConnection(f"base URL must be at most {BASE_URL_MAX} characters")
+        raise InvalidConnection(
+            f"base URL must be at most {BASE_URL_MAX} characters", field=BASE_URL_FIELD
+        )
     reason = check_base_url(base_url, allow_private=settings.private_addresses_allowed)
     if reason is None:
         return base_url
-    if reason in {"malformed", "scheme", "no_host", "userinfo", "query_or_fragment", "port"}:
-        raise InvalidConnection(f"base URL is not acceptable ({reason})")
-    raise ProviderAddressForbidden(f"base URL points at a non-public address ({reason})")
+    if reason in _SYNTAX_REASONS:
+        raise InvalidConnection(f"base URL is not acceptable ({reason})", field=BASE_URL_FIELD)
+    raise ProviderAddressForbidden(
+        f"base URL names a non-public address ({reason}); a provider must be reachable at a "
+        "public address",
+        field=BASE_URL_FIELD,
+    )
 
 
 def _check_credential(credential: str) -> str:
@@ -109,7 +123,8 @@ def _check_credential(credential: str) -> str:
         "!" <= char <= "~" for char in credential
     ):
         raise InvalidConnection(
-            f"credential must be 1-{CREDENTIAL_MAX} visible ASCII characters without spaces"
+            f"credential must be 1-{CREDENTIAL_MAX} visible ASCII characters without spaces",
+            field="credential",
         )
     return credential
 
@@ -121,7 +136,7 @@ def _ensure_name_free(session: Session, *, owner_id: str, name: str, exclude: st
     if exclude is not None:
         query = query.where(ProviderConnection.id != exclude)
     if session.scalar(query) is not None:
-        raise ConnectionNameTaken()
+        raise ConnectionNameTaken(field="name")
 
 
 def create_connection(

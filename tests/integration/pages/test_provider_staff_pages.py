@@ -63,12 +63,12 @@ def test_connection_form_errors_sit_next_to_their_field(world: World, person: Br
     bad_url = person.post(
         "/provider/connections", {"name": "x", "base_url": "ftp://nope", "credential": "secret"}
     )
-    assert bad_url.status_code == 400 and field_error(bad_url, "base_url")
+    assert bad_url.status_code == 422 and field_error(bad_url, "base_url")
     bad_credential = person.post(
         "/provider/connections",
         {"name": "y", "base_url": world.provider.url, "credential": "has space"},
     )
-    assert bad_credential.status_code == 400 and field_error(bad_credential, "credential")
+    assert bad_credential.status_code == 422 and field_error(bad_credential, "credential")
 
 
 def test_changing_the_url_lapses_approval_and_rechecks(

@@ -7,11 +7,14 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from builders.providers import CREDENTIAL, Faults, reference_provider
 from mercato.accounts import service as accounts
 from mercato.cli.main import main
 from mercato.db.runtime import Runtime
+from mercato.providers import service as providers
+from mercato.providers.models import ProviderConnection
 from mercato.settings import Settings
 
 
@@ -100,11 +103,101 @@ def test_text_mode_prints_the_check(cli: Any) -> None:
     assert "NOT passed" in out and "1. liveness: failed" in out
 
 
-def test_unknown_owner_and_unknown_connection_fail_cleanly(cli: Any) -> None:
+def _one_line_naming(err: str, argument: str) -> None:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith(f"error: argument {argument}: "), err
+
+
+def test_unknown_owner_and_unknown_connection_exit_2_naming_the_argument(cli: Any) -> None:
     code, _, err = cli(
         "admin", "add-connection", "--owner", "nobody@example.com", "--name", "x",
         "--base-url", "http://127.0.0.1:9", "--credential", CREDENTIAL,
     )  # fmt: skip
-    assert code == 1 and "ACCOUNT_NOT_FOUND" in err
-    code, _, err = cli("admin", "check-connection", "pcon_missing", "--json")
-    assert code == 1 and "PROVIDER_CONNECTION_NOT_FOUND" in err
+    assert code == 2
+    _one_line_naming(err, "--owner")
+    for argv in (
+        ("check-connection", "pcon_missing", "--json"),
+        ("approve-connection", "pcon_missing"),
+        ("update-connection", "pcon_missing", "--name", "y"),
+    ):
+        code, _, err = cli("admin", *argv)
+        assert code == 2, argv
+        _one_line_naming(err, "ID")
+
+
+def _add(cli: Any, *flags: str, **arguments: str) -> tuple[int, Any, str]:
+    options = {"owner": "owner@example.com", "name": "demo", "credential": CREDENTIAL}
+    argv = ["admin", "add-connection", *flags]
+    for name, value in (options | arguments).items():
+        argv += [f"--{name.replace('_', '-')}", value]
+    result: tuple[int, Any, str] = cli(*argv)
+    return result
+
+
+def _connection(runtime: Runtime) -> tuple[str, int] | None:
+    with runtime.db.read() as session:
+        row = session.execute(select(ProviderConnection.base_url, ProviderConnection.revision))
+        found = row.first()
+    return None if found is None else (found[0], found[1])
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    ["http://localhost:8080", "http://api.localhost", "http://127.1:9", "http://2130706433",
+     "http://10.0.0.1", "http://169.254.169.254", "http://[::1]:80"],
+)  # fmt: skip
+def test_a_base_url_naming_a_non_public_address_exits_2_outside_dev(
+    cli: Any, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, base_url: str
+) -> None:
+    monkeypatch.setenv("MERCATO_ALLOW_PRIVATE_PROVIDER_ADDRESSES", "false")
+    code, out, err = _add(cli, base_url=base_url)
+    assert (code, out) == (2, "")
+    _one_line_naming(err, "--base-url")
+    assert "non-public address" in err
+    assert _connection(runtime) is None
+
+    with runtime.db.transaction() as session:  # a connection stored while it was allowed
+        connection_id = providers.create_connection(
+            session,
+            owner_id=accounts.get_account_by_email(session, email="owner@example.com").id,
+            name="demo",
+            base_url="https://provider.example.com",
+            credential=CREDENTIAL,
+            settings=runtime.settings,
+            now=dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
+        ).id
+    code, out, err = cli("admin", "update-connection", connection_id, "--base-url", base_url)
+    assert (code, out) == (2, "")
+    _one_line_naming(err, "--base-url")
+    assert _connection(runtime) == ("https://provider.example.com", 1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "argument"),
+    [
+        ({"base_url": "not a url"}, "--base-url"),
+        ({"base_url": "ftp://provider.example.com"}, "--base-url"),
+        ({"base_url": "https://user:pw@provider.example.com"}, "--base-url"),
+        ({"base_url": "https://provider.example.com/?q=1"}, "--base-url"),
+        ({"base_url": "http://provider.example.com:99999"}, "--base-url"),
+        ({"base_url": "https://provider.example.com", "name": " "}, "--name"),
+        ({"base_url": "https://provider.example.com", "credential": "has space"}, "--credential"),
+    ],
+)
+def test_malformed_arguments_exit_2_naming_them_and_store_nothing(
+    cli: Any, runtime: Runtime, arguments: dict[str, str], argument: str
+) -> None:
+    code, out, err = _add(cli, **arguments)
+    assert (code, out) == (2, "")
+    _one_line_naming(err, argument)
+    assert "has space" not in err  # a credential is never echoed
+    with runtime.db.read() as session:
+        assert session.scalar(select(func.count()).select_from(ProviderConnection)) == 0
+
+
+def test_a_taken_name_exits_2_naming_it(cli: Any) -> None:
+    with reference_provider() as provider:
+        assert _add(cli, base_url=provider.url)[0] == 0
+        code, _, err = _add(cli, base_url=provider.url)
+    assert code == 2
+    _one_line_naming(err, "--name")

@@ -21,12 +21,7 @@ from mercato.conformance import flows as conformance
 from mercato.core.errors import MercatoError
 from mercato.ledger import service as ledger
 from mercato.providers import service as providers
-from mercato.providers.errors import (
-    ConnectionNameTaken,
-    ConnectionNotFound,
-    InvalidConnection,
-    ProviderAddressForbidden,
-)
+from mercato.providers.errors import ConnectionNameTaken, ConnectionNotFound
 from mercato.providers.models import ProviderConnection
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
@@ -78,16 +73,15 @@ def console(request: Request, user: User) -> Response:
     return render(request, "provider.html", title="Provider console", **_overview(request, user))
 
 
+# The form's input for each member a connection error names (`field`).
+_CONNECTION_FIELDS = {"name": "name", "baseUrl": "base_url", "credential": "credential"}
+
+
 def _connection_error(error: MercatoError) -> dict[str, str]:
+    """The error shown next to the form input it is about (the name when it names none)."""
     if isinstance(error, ConnectionNameTaken):
         return {"name": "You already have a connection with this name."}
-    if isinstance(error, ProviderAddressForbidden):
-        return {"base_url": error.message}
-    if isinstance(error, InvalidConnection):
-        for prefix, name in (("name", "name"), ("base URL", "base_url"), ("credential", "cred")):
-            if error.message.startswith(prefix):
-                return {"credential" if name == "cred" else name: error.message}
-    return {"name": error.message}
+    return {_CONNECTION_FIELDS.get(error.extra.get("field", ""), "name"): error.message}
 
 
 @router.post("/provider/connections")
@@ -106,7 +100,7 @@ def create_connection(request: Request, user: User, form: Form) -> Response:
         return render(
             request,
             "provider.html",
-            status=400,
+            status=error.status,
             title="Provider console",
             errors=_connection_error(error),
             values={"name": name, "base_url": base_url},
@@ -171,7 +165,7 @@ def change_connection(request: Request, connection_id: str, user: User, form: Fo
         return render(
             request,
             "connection.html",
-            status=400,
+            status=error.status,
             title="Connection",
             errors=_connection_error(error),
             values={"name": name, "base_url": base_url},
