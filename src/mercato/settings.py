@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
     redispatch_attempts: int = Field(default=3, ge=1)
     idempotency_lease_seconds: int = Field(default=30, ge=1)
+    # A call still unknown after this many reconciliations, or this long after acceptance, is
+    # stuck: staff see it and may resolve it (decision 0201).
+    stuck_after_attempts: int = Field(default=20, ge=1)
+    stuck_after_seconds: int = Field(default=86400, ge=1)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
 

@@ -77,6 +77,7 @@ def receipt(
             "artifacts": artifacts or [],
             "idempotencyKey": key,
             "channel": "API_KEY",
+            "resolution": None,
         },
     )
 

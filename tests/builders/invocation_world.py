@@ -18,10 +18,13 @@ from builders.invocations import CREDENTIAL, ScriptedProvider
 from mercato.core.clock import FakeClock, utcnow
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
+from mercato.invocations import service as invocations_service
 from mercato.invocations.models import Invocation
+from mercato.invocations.schemas import Address
 from mercato.ledger import service as ledger
 from mercato.ledger.models import Reservation
 from mercato.providers import service as providers
+from mercato.providers.models import ProviderConnection
 from mercato.settings import Settings
 from mercato.web.app import create_app
 from mercato.worker import loops
@@ -99,6 +102,15 @@ class World:
     def invocations(self) -> list[Invocation]:
         with self.runtime.db.read() as session:
             return list(session.scalars(select(Invocation).order_by(Invocation.id)))
+
+    def address(self) -> Address:
+        """The address a send made now would record (the connection as it stands)."""
+        with self.runtime.db.read() as session:
+            connection_id = session.scalars(select(ProviderConnection.id)).one()
+            target = providers.get_dispatch_target(
+                session, connection_id=connection_id, settings=self.runtime.settings
+            )
+        return invocations_service.address_of(target, self.runtime.settings)
 
     def provider_key(self, invocation_id: str) -> str:
         return f"mercato:{invocation_id}"

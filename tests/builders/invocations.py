@@ -39,6 +39,7 @@ class Act:
     chunked: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     gate: threading.Event | None = None
+    arrived: threading.Event | None = None  # set when the request is in, before the gate
 
 
 def _definite(act: Act) -> tuple[int, bytes] | None:
@@ -199,6 +200,8 @@ class ScriptedProvider:
                     self._send(Act(404, b"{}"))
 
             def _send(self, act: Act) -> None:
+                if act.arrived is not None:
+                    act.arrived.set()
                 if act.hang:
                     provider.release.wait(30)  # until stop(); far beyond any timeout
                 if act.gate is not None:

@@ -166,6 +166,25 @@ class InvocationResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Resolution:
+    """Staff's decision on a call whose outcome stayed unknown: SUCCEEDED or FAILED."""
+
+    decision: str
+    reason: str
+    resolved_at: dt.datetime | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> Resolution | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            decision=data["decision"],
+            reason=data["reason"],
+            resolved_at=_time(data.get("resolvedAt")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Receipt:
     """A call's receipt (spec 2.8): `actual_spend` is None while the settlement is pending."""
 
@@ -184,6 +203,7 @@ class Receipt:
     artifacts: tuple[ArtifactEntry, ...]
     idempotency_key: str
     channel: str
+    resolution: Resolution | None = None
 
     @property
     def pending(self) -> bool:
@@ -208,6 +228,7 @@ class Receipt:
             artifacts=_manifest(data.get("artifacts")),
             idempotency_key=data["idempotencyKey"],
             channel=data["channel"],
+            resolution=Resolution.from_json(data.get("resolution")),
         )
 
 

@@ -72,3 +72,18 @@ class InvalidCursor(BadRequest):
 class InvalidQuery(BadRequest):
     code = "INVALID_QUERY"
     title = "Invalid query parameter"
+
+
+class InvocationNotPending(Conflict):
+    code = "INVOCATION_NOT_PENDING"
+    title = "The invocation is no longer pending"
+
+
+class InvocationAlreadyResolved(Conflict):
+    code = "INVOCATION_ALREADY_RESOLVED"
+    title = "Staff already resolved this invocation"
+
+
+class InvalidResolution(ValidationFailed):
+    code = "INVALID_RESOLUTION"
+    title = "The resolution is not valid"

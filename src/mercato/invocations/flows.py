@@ -300,6 +300,7 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
             version=version,
             payload=request.body,
             policy=policy,
+            address=invocations.address_of(target, runtime.settings),
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
             now=now,
@@ -380,6 +381,7 @@ def send_and_conclude(
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
                 lease_seconds=lease_seconds(runtime),
+                address=invocations.address_of(target, runtime.settings),
                 now=runtime.clock.now(),
             )
         if counted is None:
@@ -387,11 +389,26 @@ def send_and_conclude(
         sends = counted
 
 
+def is_stuck(runtime: Runtime, job: Job) -> bool:
+    """Whether a call whose outcome is still unknown is now stuck (DESIGN.md §3, 0201): after
+    `stuck_after_attempts` reconciliations or `stuck_after_seconds` since acceptance."""
+    settings = runtime.settings
+    if job.stuck or job.reconciliations >= settings.stuck_after_attempts:
+        return True
+    if job.created_at is None:
+        return False
+    age = (runtime.clock.now() - job.created_at).total_seconds()
+    return age >= settings.stuck_after_seconds
+
+
 def _park(
     runtime: Runtime, job: Job, owner: str, state: State, attempt: int, reason: str
 ) -> InvocationView | None:
+    stuck = state is State.RECONCILING and is_stuck(runtime, job)
     if state is State.RETRY_WAIT:
         delay = _backoff(_RETRY_BACKOFF_BASE, _RETRY_BACKOFF_CAP, attempt)
+    elif stuck:  # its slowest pace, in a lane of its own (the worker's stuck lane)
+        delay = _backoff(_RECONCILE_BACKOFF_CAP, _RECONCILE_BACKOFF_CAP, 1)
     else:
         delay = _backoff(_RECONCILE_BACKOFF_BASE, _RECONCILE_BACKOFF_CAP, attempt)
     with runtime.db.transaction() as session:
@@ -403,6 +420,7 @@ def _park(
             next_attempt_at=_later(runtime, delay),
             reason=reason,
             now=runtime.clock.now(),
+            stuck=stuck,
         )
         return invocations.get_view(session, invocation_id=job.invocation_id) if parked else None
 
@@ -510,6 +528,7 @@ def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: s
             invocation_id=job.invocation_id,
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
+            address=invocations.address_of(target, runtime.settings),
             now=runtime.clock.now(),
         )
     if sends is None:
@@ -518,21 +537,41 @@ def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: s
     send_and_conclude(runtime, client, target, counted, owner, synchronous=False)
 
 
+def _where_sent(runtime: Runtime, job: Job) -> DispatchTarget | None:
+    """Where to reconcile: the address the latest send went to, with the credential it
+    carried (decision 0200). None when that credential is no longer known: the current one
+    never goes to an address the connection has left, and no other address can tell."""
+    current = _target(runtime, job)
+    sent = job.address
+    if sent is None or sent.base_url == current.base_url:
+        return current  # the same address (a credential rotated there stays with it)
+    if sent.credential_digest == invocations.credential_digest(
+        runtime.settings, current.credential
+    ):
+        return replace(current, base_url=sent.base_url, revision=sent.connection_revision)
+    return None
+
+
 def reconcile(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
     """Ask the provider what happened to a call whose outcome is unknown (or was in flight).
 
-    Only RETRYABLE_BEFORE_ACCEPT, the provider's proof that it never accepted the key, allows
-    sending again, within the same bound as any redispatch.
+    Only the address that received the latest send is asked, and only its RETRYABLE_BEFORE_
+    ACCEPT, the provider's proof that it never accepted the key, allows sending again, within
+    the same bound as any redispatch.
     """
     with runtime.db.read() as session:
         job = invocations.load_job(session, invocation_id=invocation_id)
-    target = _target(runtime, job)
+    target = _where_sent(runtime, job)
     with runtime.db.transaction() as session:
         if not invocations.record_reconciliation(
             session, invocation_id=invocation_id, lease_owner=owner, now=runtime.clock.now()
         ):
             return
     job = replace(job, reconciliations=job.reconciliations + 1)
+    if target is None:
+        reason = "original_address_credential_unknown"
+        _park(runtime, job, owner, State.RECONCILING, job.reconciliations, reason)
+        return
     answer = client.reconcile(
         target,
         idempotency_key=job.provider_key,
@@ -547,3 +586,14 @@ def reconcile(runtime: Runtime, client: ProviderClient, invocation_id: str, owne
             _count_and_send(runtime, client, job, owner)
         return
     conclude(runtime, job, owner, classified)
+
+
+def work_stuck(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+    """One step for a stuck call (the worker's stuck lane): send again what the provider
+    proved it never accepted, else reconcile."""
+    with runtime.db.read() as session:
+        state = invocations.load_job(session, invocation_id=invocation_id).state
+    if state == State.RETRY_WAIT:
+        redispatch(runtime, client, invocation_id, owner)
+    else:
+        reconcile(runtime, client, invocation_id, owner)

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -28,7 +29,10 @@ class Invocation(Base):
     __table_args__ = (
         UniqueConstraint("account_id", "idempotency_key", name="uq_invocations_account_id"),
         Index("ix_invocations_account_id_id", "account_id", "id"),
-        Index("ix_invocations_state_next_attempt_at", "state", "next_attempt_at"),
+        # The worker's lanes: fresh work (stuck_at IS NULL) and stuck calls, each by due time.
+        Index(
+            "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"
+        ),
         CheckConstraint(
             "state IN ('DISPATCHING','RETRY_WAIT','RECONCILING','SUCCEEDED','FAILED')",
             name="state",
@@ -67,6 +71,13 @@ class Invocation(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(40), nullable=True)
     lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # Set when the call is marked stuck (decision 0201); the row stays in its active state.
+    stuck_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # A staff resolution (decision 0202): the decision, why, by whom (never on a receipt), when.
+    resolution_decision: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    resolution_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    resolved_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     provider_http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -77,3 +88,23 @@ class Invocation(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     settled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class InvocationAttempt(Base):
+    """One send of an invocation: the address and connection revision that received it.
+
+    Written before the send, in the transaction that counts it, so a crash mid-send still
+    knows where to reconcile. `credential_digest` is an HMAC of the credential sent (never the
+    credential): reconciliation may ask this address only with that same credential (0200).
+    """
+
+    __tablename__ = "invocation_attempts"
+
+    invocation_id: Mapped[str] = mapped_column(
+        String(40), ForeignKey("invocations.id"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    connection_revision: Mapped[int] = mapped_column(Integer)
+    base_url: Mapped[str] = mapped_column(String(2048))
+    credential_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    sent_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)

@@ -69,6 +69,9 @@ class InvocationView:
     created_at: dt.datetime
     settled_at: dt.datetime | None
     refunded_at: dt.datetime | None
+    resolution_decision: str | None = None
+    resolution_reason: str | None = None
+    resolved_at: dt.datetime | None = None
 
     @property
     def pending(self) -> bool:
@@ -79,6 +82,16 @@ class InvocationView:
         if self.settlement == Settlement.PENDING:
             return None
         return self.price if self.settlement == Settlement.SETTLED else 0
+
+    def resolution(self) -> dict[str, Any] | None:
+        """Staff's decision on a call whose outcome stayed unknown (never who decided)."""
+        if self.resolution_decision is None:
+            return None
+        return {
+            "decision": self.resolution_decision,
+            "reason": self.resolution_reason,
+            "resolvedAt": _time(self.resolved_at),
+        }
 
     def manifest(self) -> list[dict[str, Any]]:
         return list(self.artifacts or [])
@@ -101,6 +114,7 @@ class InvocationView:
             "artifacts": self.manifest(),
             "idempotencyKey": self.idempotency_key,
             "channel": self.channel,
+            "resolution": self.resolution(),
         }
 
     def success_body(self) -> dict[str, Any]:
@@ -119,6 +133,44 @@ class InvocationView:
             "status": "PENDING",
             "settlement": self.settlement,
             "receipt": f"/v1/invocations/{self.invocation_id}",
+        }
+
+
+class Decision(enum.StrEnum):
+    """How staff resolve a call whose outcome is unknown: settle it or release it."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where one send went: the connection revision, its base URL and an HMAC of the
+    credential sent (None when not known: attempts recorded before migration 0010)."""
+
+    connection_revision: int
+    base_url: str
+    credential_digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StuckCall:
+    """One stuck call as operators see it."""
+
+    invocation_id: str
+    service_code: str
+    version: str
+    accepted_at: dt.datetime
+    attempts: int
+    stuck_at: dt.datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invocationId": self.invocation_id,
+            "serviceCode": self.service_code,
+            "version": self.version,
+            "acceptedAt": _time(self.accepted_at),
+            "attempts": self.attempts,
         }
 
 

@@ -8,13 +8,15 @@ operation (settle or release) happen in the same transaction, so an invocation s
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import LargeBinary, Table, bindparam, select, text, update
+from sqlalchemy import LargeBinary, Table, bindparam, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -28,24 +30,35 @@ from mercato.invocations.errors import (
     IdempotencyKeyMissing,
     InvalidCursor,
     InvalidQuery,
+    InvalidResolution,
+    InvocationAlreadyResolved,
     InvocationNotFound,
+    InvocationNotPending,
 )
-from mercato.invocations.models import Invocation
+from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import (
     ACTIVE_STATES,
     PUBLIC_STATUSES,
+    UNAVAILABLE,
+    Address,
+    Decision,
     InvocationView,
     Page,
     Settlement,
     State,
+    StuckCall,
 )
 from mercato.ledger import service as ledger
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH
+from mercato.providers.schemas import DispatchTarget
 from mercato.quotas import service as quotas
 from mercato.quotas.schemas import Policy, QuotaStatus
+from mercato.settings import Settings
 
 _t = cast(Table, Invocation.__table__)
 _c = _t.c
+_attempts = cast(Table, InvocationAttempt.__table__)
+_a = _attempts.c
 PROVIDER_KEY_PREFIX = "mercato:"
 MAX_PAGE = 100
 
@@ -70,6 +83,9 @@ _VIEW_COLUMNS = (
     _c.created_at,
     _c.settled_at,
     _c.refunded_at,
+    _c.resolution_decision,
+    _c.resolution_reason,
+    _c.resolved_at,
 )
 
 # The hot path's statements, built once: building a statement costs more than running it.
@@ -181,11 +197,13 @@ def accept(
     version: InvocableVersion,
     payload: bytes,
     policy: Policy,
+    address: Address,
     lease_owner: str,
     lease_seconds: float,
     now: dt.datetime,
 ) -> QuotaStatus:
-    """Accept one call intent: invocation row + reservation + quota slot, all or nothing.
+    """Accept one call intent: invocation row + its first attempt's address + reservation +
+    quota slot, all or nothing.
 
     A concurrent twin with the same key fails on the unique (account, key) constraint and the
     caller's transaction rolls back; the edge then answers it as a replay.
@@ -225,8 +243,9 @@ def accept(
         "updated_at": now,
     }
     if _on_server(session):
-        return _accept_on_server(session, row, policy, now)
+        return _accept_on_server(session, row, address, policy, now)
     session.execute(_INSERT, row)
+    _record_attempt(session, invocation_id, 1, address, now)
     ledger.reserve(
         session,
         account_id=account_id,
@@ -265,7 +284,9 @@ _ACCEPT_ON_SERVER = text(
     "CAST(:state AS text), CAST(:settlement AS text), CAST(:reservation_id AS text), "
     "CAST(:lease_owner AS text), :lease_expires_at, :now, CAST(:transfer_id AS text), "
     "CAST(:entry_ids AS text[]), CAST(:new_account_ids AS text[]), CAST(:policy AS text), "
-    "CAST(:window_start AS bigint), CAST(:limit AS integer))"
+    "CAST(:window_start AS bigint), CAST(:limit AS integer), "
+    "CAST(:connection_revision AS integer), CAST(:base_url AS text), "
+    "CAST(:credential_digest AS text))"
 ).bindparams(
     bindparam("payload", type_=LargeBinary()),
     bindparam("lease_expires_at", type_=UTCDateTime()),
@@ -274,7 +295,7 @@ _ACCEPT_ON_SERVER = text(
 
 
 def _accept_on_server(
-    session: Session, row: dict[str, Any], policy: Policy, now: dt.datetime
+    session: Session, row: dict[str, Any], address: Address, policy: Policy, now: dt.datetime
 ) -> QuotaStatus:
     price = row["price"]
     ledger.check_reservation(amount=price, reference=row["id"])
@@ -285,6 +306,9 @@ def _accept_on_server(
         **row,
         "result_schema": orjson.dumps(row["result_schema"]).decode(),
         "now": now,
+        "connection_revision": address.connection_revision,
+        "base_url": address.base_url,
+        "credential_digest": address.credential_digest,
         **ledger.server_transfer_ids(),
         **quotas.server_slot(policy, now),
     }
@@ -325,9 +349,14 @@ class Job:
     has_artifact_contract: bool
     sends: int
     reconciliations: int
+    created_at: dt.datetime | None = None  # None: just accepted (the synchronous path)
+    stuck: bool = False
+    address: Address | None = None  # where the latest send went (None: not recorded)
 
 
 def load_job(session: Session, *, invocation_id: str) -> Job:
+    """The invocation's work item, with the address its latest send went to."""
+    latest = (_a.invocation_id == _c.id) & (_a.attempt == _c.sends)
     row = session.execute(
         select(
             _c.id,
@@ -340,11 +369,51 @@ def load_job(session: Session, *, invocation_id: str) -> Job:
             _c.has_artifact_contract,
             _c.sends,
             _c.reconciliations,
-        ).where(_c.id == invocation_id)
+            _c.created_at,
+            _c.stuck_at.is_not(None),
+            _a.connection_revision,
+            _a.base_url,
+            _a.credential_digest,
+        )
+        .select_from(_t.outerjoin(_attempts, latest))
+        .where(_c.id == invocation_id)
     ).first()
     if row is None:
         raise InvocationNotFound()
-    return Job(*row)
+    revision, base_url, digest = row[12:]
+    address = None if base_url is None else Address(revision, base_url, digest)
+    return replace(Job(*row[:11]), stuck=bool(row[11]), address=address)
+
+
+def credential_digest(settings: Settings, credential: str) -> str:
+    """An HMAC of a credential: tells whether two sends used the same one, never reveals it."""
+    key = settings.derived_key("attempt-credential")
+    return hmac.new(key, credential.encode(), hashlib.sha256).hexdigest()
+
+
+def address_of(target: DispatchTarget, settings: Settings) -> Address:
+    """The address a send to `target` goes to, as an attempt records it."""
+    return Address(
+        connection_revision=target.revision,
+        base_url=target.base_url,
+        credential_digest=credential_digest(settings, target.credential),
+    )
+
+
+def _record_attempt(
+    session: Session, invocation_id: str, attempt: int, address: Address, now: dt.datetime
+) -> None:
+    session.execute(
+        _attempts.insert(),
+        {
+            "invocation_id": invocation_id,
+            "attempt": attempt,
+            "connection_revision": address.connection_revision,
+            "base_url": address.base_url,
+            "credential_digest": address.credential_digest,
+            "sent_at": now,
+        },
+    )
 
 
 def _held(invocation_id: Any, lease_owner: Any) -> Any:
@@ -362,9 +431,11 @@ def record_send(
     invocation_id: str,
     lease_owner: str,
     lease_seconds: float,
+    address: Address,
     now: dt.datetime,
 ) -> int | None:
-    """Count one more send before making it and renew the lease; None if the lease was lost."""
+    """Count one more send and record where it goes, before making it, and renew the lease;
+    None if the lease was lost."""
     stmt = (
         update(_t)
         .where(_held(invocation_id, lease_owner))
@@ -378,6 +449,8 @@ def record_send(
         .returning(_c.sends)
     )
     sends: int | None = session.execute(stmt).scalar_one_or_none()
+    if sends is not None:
+        _record_attempt(session, invocation_id, sends, address, now)
     return sends
 
 
@@ -403,9 +476,12 @@ def schedule(
     next_attempt_at: dt.datetime,
     reason: str,
     now: dt.datetime,
+    stuck: bool = False,
 ) -> bool:
-    """Park an active invocation in RETRY_WAIT or RECONCILING and give up the lease."""
+    """Park an active invocation in RETRY_WAIT or RECONCILING and give up the lease;
+    `stuck` marks it stuck (once: the first time is kept)."""
     assert state in (State.RETRY_WAIT, State.RECONCILING)
+    marks = {"stuck_at": func.coalesce(_c.stuck_at, now)} if stuck else {}
     stmt = (
         update(_t)
         .where(_held(invocation_id, lease_owner))
@@ -416,6 +492,7 @@ def schedule(
             lease_expires_at=None,
             last_reason=reason[:200],
             updated_at=now,
+            **marks,
         )
         .returning(_c.id)
     )
@@ -430,16 +507,19 @@ def claim_due(
     lease_seconds: float,
     now: dt.datetime,
     limit: int,
+    stuck: bool = False,
 ) -> list[str]:
-    """Lease up to `limit` due invocations in `states` whose lease is free or expired.
+    """Lease up to `limit` due invocations in `states` whose lease is free or expired, from
+    one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other.
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED` so concurrent workers pick disjoint rows. SQLite:
     writers are serialised, and the conditional UPDATE below decides anyway.
     """
     free = (_c.lease_expires_at.is_(None)) | (_c.lease_expires_at <= now)
+    lane = _c.stuck_at.is_not(None) if stuck else _c.stuck_at.is_(None)
     due = (
         select(_c.id)
-        .where(_c.state.in_([s.value for s in states]), _c.next_attempt_at <= now, free)
+        .where(_c.state.in_([s.value for s in states]), lane, _c.next_attempt_at <= now, free)
         .order_by(_c.next_attempt_at)
         .limit(limit)
     )
@@ -638,6 +718,136 @@ def finish_failure(
     view, settle_facts = finished
     ledger.release(session, reservation_id=settle_facts[0], now=now, savepoint=False)
     return view
+
+
+# --- stuck calls and staff resolutions (decisions 0201, 0202) ---------------------------
+
+REASON_MAX = 2000
+STUCK_LIST_MAX = 1000
+
+
+def list_stuck(session: Session, *, limit: int = STUCK_LIST_MAX) -> list[StuckCall]:
+    """Pending calls marked stuck, oldest acceptance first."""
+    rows = session.execute(
+        select(_c.id, _c.service_code, _c.version, _c.created_at, _c.reconciliations, _c.stuck_at)
+        .where(_c.state.in_(_ACTIVE), _c.stuck_at.is_not(None))
+        .order_by(_c.created_at, _c.id)
+        .limit(limit)
+    ).all()
+    return [StuckCall(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far the platform got with a call: for staff, never for callers."""
+
+    sends: int
+    reconciliations: int
+    stuck_at: dt.datetime | None
+    last_reason: str | None
+    resolved_by: str | None
+    attempts: list[tuple[int, Address, dt.datetime]]
+
+
+def progress_of(session: Session, *, invocation_id: str) -> Progress:
+    """The call's sends and reconciliations so far, and where each send went."""
+    row = session.execute(
+        select(_c.sends, _c.reconciliations, _c.stuck_at, _c.last_reason, _c.resolved_by).where(
+            _c.id == invocation_id
+        )
+    ).first()
+    if row is None:
+        raise InvocationNotFound()
+    attempts = [
+        (number, Address(revision, base_url, digest), sent_at)
+        for number, revision, base_url, digest, sent_at in session.execute(
+            select(
+                _a.attempt, _a.connection_revision, _a.base_url, _a.credential_digest, _a.sent_at
+            )
+            .where(_a.invocation_id == invocation_id)
+            .order_by(_a.attempt)
+        )
+    ]
+    sends, reconciliations, stuck_at, last_reason, resolved_by = row
+    return Progress(sends, reconciliations, stuck_at, last_reason, resolved_by, attempts)
+
+
+def check_reason(reason: str) -> str:
+    """A resolution's reason: 1-2000 characters, not only whitespace, no U+0000."""
+    if not reason.strip() or len(reason) > REASON_MAX or "\x00" in reason:
+        raise InvalidResolution(
+            f"The reason must be 1-{REASON_MAX} characters, not blank, without U+0000."
+        )
+    return reason
+
+
+def resolve(
+    session: Session,
+    *,
+    invocation_id: str,
+    decision: Decision,
+    reason: str,
+    actor: str,
+    now: dt.datetime,
+) -> InvocationView:
+    """Settle (SUCCEEDED) or release (FAILED) a pending call by staff decision; once only.
+
+    The move is conditional on the call still being pending, whoever holds its lease: a late
+    provider answer then finds it terminal and changes nothing, and the ledger refuses a
+    second resolution of the reservation anyway."""
+    check_reason(reason)
+    succeeded = decision is Decision.SUCCEEDED
+    values: dict[str, Any] = {
+        "state": State.SUCCEEDED.value if succeeded else State.FAILED.value,
+        "settlement": Settlement.SETTLED.value if succeeded else Settlement.RELEASED.value,
+        "error_code": None if succeeded else UNAVAILABLE,
+        "settled_at": now,
+        "updated_at": now,
+        "resolution_decision": decision.value,
+        "resolution_reason": reason,
+        "resolved_by": actor[:64],
+        "resolved_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "next_attempt_at": None,
+    }
+    row = session.execute(
+        update(_t)
+        .where(_c.id == invocation_id, _c.state.in_(_ACTIVE))
+        .values(**values)
+        .returning(*_VIEW_COLUMNS, *_SETTLE_COLUMNS)
+    ).first()
+    if row is None:
+        raise _not_resolvable(session, invocation_id)
+    width = len(_VIEW_COLUMNS)
+    view = _view(row[:width])
+    reservation_id, provider_account_id, share_bps, _ = row[width:]
+    if succeeded:
+        ledger.settle(
+            session,
+            reservation_id=reservation_id,
+            provider_account_id=provider_account_id,
+            provider_share_bps=share_bps,
+            now=now,
+            savepoint=False,
+        )
+    else:
+        ledger.release(session, reservation_id=reservation_id, now=now, savepoint=False)
+    return view
+
+
+def _not_resolvable(session: Session, invocation_id: str) -> Exception:
+    view = get_view(session, invocation_id=invocation_id)  # raises InvocationNotFound
+    resolution = view.resolution()
+    if resolution is not None:
+        return InvocationAlreadyResolved(
+            f"Staff already resolved this call as {resolution['decision']} at "
+            f"{resolution['resolvedAt']}; nothing was changed.",
+            decision=resolution["decision"],
+        )
+    return InvocationNotPending(
+        f"This call is no longer pending (settlement {view.settlement}); nothing was changed."
+    )
 
 
 def mark_refunded(session: Session, *, invocation_id: str, now: dt.datetime) -> None:

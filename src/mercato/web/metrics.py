@@ -3,8 +3,8 @@
 Counters and histograms come from this process (or, under `serve --workers N`, from every worker
 process through prometheus_client's multiprocess files). The database gauges are computed at
 scrape time, once per scrape, so they agree across processes and need no bookkeeping on the hot
-path: reconciliation backlog by state, age of the oldest unfinished invocation, and the points
-held in reservations.
+path: reconciliation backlog by state, stuck calls, age of the oldest unfinished invocation, and
+the points held in reservations.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ _OLDEST = text(
     "SELECT MIN(created_at) FROM invocations "
     "WHERE state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING')"
 )
+_STUCK = text(
+    "SELECT COUNT(*) FROM invocations "
+    "WHERE state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING') AND stuck_at IS NOT NULL"
+)
 _RESERVED = text("SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE kind = 'reserved'")
 
 
@@ -52,6 +56,7 @@ class DatabaseCollector(Collector):
         with runtime.db.read() as session:
             backlog = {str(state): int(count) for state, count in session.execute(_BACKLOG)}
             oldest = session.execute(_OLDEST).scalar()
+            stuck = int(session.execute(_STUCK).scalar() or 0)
             reserved = int(session.execute(_RESERVED).scalar() or 0)
         by_state = GaugeMetricFamily(
             "mercato_reconciliation_backlog",
@@ -62,6 +67,13 @@ class DatabaseCollector(Collector):
         for state in ("RECONCILING", "RETRY_WAIT"):
             by_state.add_metric([state], backlog.get(state, 0))
         yield by_state
+        yield GaugeMetricFamily(
+            "mercato_invocations_stuck",
+            "Pending invocations marked stuck: their outcome stayed unknown past "
+            "MERCATO_STUCK_AFTER_ATTEMPTS reconciliations or MERCATO_STUCK_AFTER_SECONDS; staff "
+            "resolve them.",
+            value=stuck,
+        )
         age = 0.0
         if oldest is not None:
             if isinstance(oldest, str):  # SQLite without the column type's processing

@@ -159,6 +159,14 @@ class InvokePending(BaseModel):
     receipt: str
 
 
+class Resolution(BaseModel):
+    """A staff resolution of a stuck call: settled (SUCCEEDED) or released (FAILED)."""
+
+    decision: str = Field(description="SUCCEEDED or FAILED")
+    reason: str
+    resolvedAt: str | None
+
+
 class Receipt(BaseModel):
     """Spec 2.8 / DESIGN §3: never the provider, the split or the parties' identities."""
 
@@ -177,6 +185,9 @@ class Receipt(BaseModel):
     artifacts: list[ArtifactEntry]
     idempotencyKey: str
     channel: str
+    resolution: Resolution | None = Field(
+        description="Staff's decision on a call whose outcome stayed unknown, else null"
+    )
 
 
 class ReceiptPage(BaseModel):

@@ -3,6 +3,10 @@
 Work is found in the database and leased row by row (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
 a conditional UPDATE on SQLite), so any number of workers can share one database without
 doing a job twice; a worker that dies simply lets its leases expire.
+
+Stuck calls (decision 0201) have a lane of their own: the fresh loops never claim them, so a
+pile of stuck calls, each perhaps waiting out a timeout at a dead address, cannot delay the
+reconciliation of any other call. `run_forever` runs the two lanes in separate threads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
-from mercato.invocations.schemas import State
+from mercato.invocations.schemas import ACTIVE_STATES, State
 from mercato.providers import service as providers
 from mercato.worker import refunds
 
@@ -27,8 +31,16 @@ BATCH = 20
 Step = Callable[[Runtime, ProviderClient, str, str], None]
 
 
-def _drain(runtime: Runtime, client: ProviderClient, states: tuple[State, ...], step: Step) -> int:
-    """Lease due rows in `states` one at a time and run `step` on each; return rows handled."""
+def _drain(
+    runtime: Runtime,
+    client: ProviderClient,
+    states: tuple[State, ...],
+    step: Step,
+    *,
+    stuck: bool = False,
+) -> int:
+    """Lease due rows in `states` (of one lane) one at a time and run `step` on each; return
+    rows handled."""
     done = 0
     for _ in range(BATCH):
         owner = new_id("lease")
@@ -40,6 +52,7 @@ def _drain(runtime: Runtime, client: ProviderClient, states: tuple[State, ...], 
                 lease_seconds=flows.lease_seconds(runtime),
                 now=runtime.clock.now(),
                 limit=1,
+                stuck=stuck,
             )
         if not claimed:
             break
@@ -67,6 +80,11 @@ def recover_once(runtime: Runtime, client: ProviderClient) -> int:
     return _drain(runtime, client, (State.DISPATCHING,), flows.reconcile)
 
 
+def stuck_once(runtime: Runtime, client: ProviderClient) -> int:
+    """(f) Keep reconciling stuck calls at their slowest pace, in their own lane."""
+    return _drain(runtime, client, ACTIVE_STATES, flows.work_stuck, stuck=True)
+
+
 def artifacts_once(runtime: Runtime, client: ProviderClient) -> int:
     """(d) Pull artifacts of settled calls, when the artifacts domain is installed."""
     try:
@@ -85,15 +103,23 @@ def refunds_once(runtime: Runtime, _client: ProviderClient) -> int:
     return refunds.run_once(runtime)
 
 
-LOOPS: tuple[Callable[[Runtime, ProviderClient], int], ...] = (
+Loop = Callable[[Runtime, ProviderClient], int]
+
+LOOPS: tuple[Loop, ...] = (
     recover_once,
     reconcile_once,
     redispatch_once,
     artifacts_once,
     refunds_once,
 )
+STUCK_LOOPS: tuple[Loop, ...] = (stuck_once,)
+
+
+def run_lane(runtime: Runtime, client: ProviderClient, lane: tuple[Loop, ...]) -> int:
+    """One pass of the loops of one lane; returns the work done (0 when idle)."""
+    return sum(loop(runtime, client) for loop in lane)
 
 
 def run_once(runtime: Runtime, client: ProviderClient) -> int:
-    """One pass of every loop; returns the total work done (0 when idle)."""
-    return sum(loop(runtime, client) for loop in LOOPS)
+    """One pass of every loop, fresh work first; returns the total work done (0 when idle)."""
+    return run_lane(runtime, client, LOOPS) + run_lane(runtime, client, STUCK_LOOPS)

@@ -29,6 +29,7 @@ def _accept(world: World, invocation_id: str, owner: str) -> None:
             version=version,
             payload=b'{"n": 1}',
             policy=quotas.default_policy(runtime.settings),
+            address=world.address(),
             lease_owner=owner,
             lease_seconds=60,
             now=world.clock.now(),

@@ -32,6 +32,7 @@ def accept_without_sending(world: World, key: str = "crashed") -> str:
             version=version,
             payload=body,
             policy=quotas.default_policy(world.runtime.settings),
+            address=world.address(),
             lease_owner="dead-process",
             lease_seconds=30,
             now=world.clock.now(),

@@ -42,7 +42,9 @@ def test_success_settles_and_receipt_tells_it(world: World) -> None:
         "artifacts",
         "idempotencyKey",
         "channel",
+        "resolution",
     }
+    assert receipt["resolution"] is None
     assert (receipt["serviceCode"], receipt["version"], receipt["status"]) == (
         SERVICE,
         "v1",

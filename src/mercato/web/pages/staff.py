@@ -16,6 +16,8 @@ from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionNotFound
 from mercato.catalog.schemas import ContractDocument
 from mercato.core.errors import MercatoError
+from mercato.invocations import service as invocations
+from mercato.invocations.schemas import Decision as Resolution
 from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.web.deps import runtime_of
@@ -59,7 +61,9 @@ def _console(request: Request) -> dict[str, Any]:
         holds = [(queries.plain(hold), code) for hold, code in queries.active_holds(session)]
         listings = [listing.service_code for listing in queries.all_listings(session)]
         owners = queries.emails(session, {str(c["owner_id"]) for c in connections})
+        stuck = invocations.list_stuck(session, limit=100)
     return {
+        "stuck": stuck,
         "connections": connections,
         "owners": owners,
         "drafts": drafts,
@@ -234,6 +238,68 @@ def decide(request: Request, case_id: str, user: Staff, form: Form) -> Response:
     except MercatoError as error:
         return _case_page(request, case_id, user, status=409, errors={"decision": error.message})
     return redirect(request, f"/staff/cases/{case_id}", notice="decided")
+
+
+# --- stuck calls (decisions 0201, 0202) -------------------------------------------------
+
+
+@router.get("/staff/invocations/{invocation_id}")
+def invocation_page(request: Request, invocation_id: str, _user: Staff) -> Response:
+    return _invocation_page(request, invocation_id)
+
+
+def _invocation_page(
+    request: Request,
+    invocation_id: str,
+    *,
+    status: int = 200,
+    errors: dict[str, str] | None = None,
+    values: dict[str, str] | None = None,
+) -> Response:
+    with runtime_of(request).db.read() as session:
+        view = invocations.get_view(session, invocation_id=invocation_id)
+        progress = invocations.progress_of(session, invocation_id=invocation_id)
+    return render(
+        request,
+        "staff_invocation.html",
+        status=status,
+        title=f"Call {invocation_id}",
+        view=view,
+        progress=progress,
+        resolution=view.resolution(),
+        errors=errors or {},
+        values=values or {},
+    )
+
+
+@router.post("/staff/invocations/{invocation_id}/resolve")
+def resolve(request: Request, invocation_id: str, user: Staff, form: Form) -> Response:
+    runtime = runtime_of(request)
+    reason = text_of(form, "reason")
+    values = {"reason": reason}
+    try:
+        decision = Resolution(text_of(form, "decision"))
+    except ValueError:
+        errors = {"decision": "Choose SUCCEEDED or FAILED."}
+        return _invocation_page(request, invocation_id, status=400, errors=errors, values=values)
+    try:
+        invocations.check_reason(reason)
+        with runtime.db.transaction() as session:
+            invocations.resolve(
+                session,
+                invocation_id=invocation_id,
+                decision=decision,
+                reason=reason,
+                actor=user.account_id,
+                now=runtime.clock.now(),
+            )
+    except MercatoError as error:
+        if error.status == 404:
+            raise
+        key, status = ("reason", 400) if error.status == 422 else ("decision", 409)
+        errors = {key: error.message}
+        return _invocation_page(request, invocation_id, status=status, errors=errors, values=values)
+    return redirect(request, f"/staff/invocations/{invocation_id}", notice="decided")
 
 
 # --- holds and points --------------------------------------------------------------------
