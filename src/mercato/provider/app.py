@@ -177,27 +177,53 @@ class _Provider:
             return _problem(400, "Bad Request", "Idempotency-Key must be 1-191 visible ASCII")
         assert key is not None
         fingerprint = hashlib.sha256(payload_bytes).hexdigest()
+        correlation_id = new_correlation_id()
         try:
             record, created = await run_in_threadpool(
                 lambda: self.store.accept(
                     key=key,
                     fingerprint=fingerprint,
                     payload=payload_bytes,
-                    correlation_id=new_correlation_id(),
+                    correlation_id=correlation_id,
                 )
             )
-        except StoreUnavailable as exc:
-            log.warning("accepted marker not committed: %s", exc)
-            if exc.nothing_written:
-                return _send(Envelope(Outcome.RETRYABLE_BEFORE_ACCEPT, new_correlation_id("ans")))
-            return _unknown()
-        except Exception:
-            log.exception("idempotency store failed in an unexpected way")
-            return _unknown()
+        except Exception as exc:
+            return await self._accept_failed(exc, key, fingerprint, correlation_id, payload)
         if not created:
             return self._answer_existing(record, fingerprint)
         _failpoint.hit(_failpoint.AFTER_ACCEPT)
         return await self._run(record, payload)
+
+    async def _accept_failed(
+        self,
+        error: Exception,
+        key: str,
+        fingerprint: str,
+        correlation_id: str,
+        payload: dict[str, Any],
+    ) -> Response:
+        """Answer after the accepted marker's write failed: read the key back to learn why.
+
+        RETRYABLE_BEFORE_ACCEPT tells the platform the handler never started for this key, so
+        it is sent only with proof: this write provably wrote nothing and a read after it finds
+        no record (a write that wrote nothing says nothing of an earlier request with the key).
+        A record that is this request's own marker (the write landed after all) runs the handler;
+        another record answers as a replay; anything less certain is UNKNOWN_OUTCOME.
+        """
+        proved_nothing_written = isinstance(error, StoreUnavailable) and error.nothing_written
+        log.warning("accepted marker not committed (%r); reading the key back", error)
+        try:
+            record = await run_in_threadpool(self.store.get, key)
+        except Exception as exc:
+            log.warning("the key cannot be read back (%r): UNKNOWN_OUTCOME", exc)
+            return _unknown()
+        if record is None:
+            if proved_nothing_written:
+                return _send(Envelope(Outcome.RETRYABLE_BEFORE_ACCEPT, new_correlation_id("ans")))
+            return _unknown()
+        if record.correlation_id == correlation_id and not record.is_final:
+            return await self._run(record, payload)
+        return self._answer_existing(record, fingerprint)
 
     @staticmethod
     def _answer_existing(record: StoredRecord, fingerprint: str) -> Response:

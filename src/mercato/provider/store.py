@@ -35,7 +35,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH, Envelope
@@ -314,7 +314,7 @@ class SqlIdempotencyStore:
             conn.commit()
         except IntegrityError:
             raise
-        except DBAPIError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable("commit outcome unknown", nothing_written=False) from exc
 
     def finish(self, *, key: str, envelope: Envelope) -> StoredRecord:

@@ -1,4 +1,4 @@
-"""With the store gone, reconciliation of an unknown key is UNKNOWN_OUTCOME (issue 4 acceptance)."""
+"""With the store gone, reconciliation and execution of an unknown key are UNKNOWN_OUTCOME."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ def test_unavailable_store_answers_unknown_for_an_unknown_key(disposable_store_u
             headers={**AUTH, "Idempotency-Key": "new-key"},
             timeout=30,
         )
-        assert execution.status_code == 503
-        assert execution.json()["outcome"] == "RETRYABLE_BEFORE_ACCEPT"
+        # The store cannot say whether an earlier request accepted this key, so the SDK cannot
+        # prove the handler never started for it: UNKNOWN_OUTCOME (issue 19 item 5).
+        assert execution.status_code == 202
+        assert execution.json()["outcome"] == "UNKNOWN_OUTCOME"
         assert provider.runs() == 0
     finally:
         provider.stop()
