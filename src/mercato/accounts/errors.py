@@ -52,8 +52,8 @@ class InvalidRefreshToken(Unauthenticated):
     title = "The refresh token is not valid"
 
 
-class LoginRateLimited(RateLimited):
-    code = "LOGIN_RATE_LIMITED"
+class LoginThrottled(RateLimited):
+    code = "LOGIN_THROTTLED"
     title = "Too many failed logins"
 
 

@@ -23,9 +23,11 @@ def login(
     """Check the throttle, verify the password outside any transaction, then open a session.
 
     A failure is recorded in its own committed transaction before InvalidCredentials is
-    raised; unknown emails cost the same Argon2 verification as wrong passwords.
+    raised; unknown emails cost the same Argon2 verification as wrong passwords. A success
+    forgets the failures of its (email, address) pair only: the email's and the address's
+    own counts stay, so an attack in progress stays slowed (decision 0220).
     """
-    subjects = service.login_subjects(email=email, client_ip=client_ip)
+    subjects = service.login_subjects(email=email, client_ip=client_ip, settings=settings)
     with db.read() as session:
         service.check_login_allowed(session, subjects=subjects, settings=settings, now=now)
         account = service.find_account_by_email(session, email=email)
@@ -38,7 +40,7 @@ def login(
     assert stored_hash is not None
     new_hash = service.rehash_if_needed(stored_hash, password)
     with db.transaction() as session:
-        service.clear_login_failures(session, subject=subjects[0])
+        service.clear_login_failures(session, subject=subjects.pair)
         if new_hash is not None:
             service.set_password_hash(session, account_id=account_id, password_hash=new_hash)
         return service.start_session(session, account_id=account_id, settings=settings, now=now)

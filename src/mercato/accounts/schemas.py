@@ -45,3 +45,16 @@ class CreatedApiKey:
     key_id: str
     name: str
     created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class LoginSubjects:
+    """The login throttle's keys for one attempt: keyed digests, never a readable value.
+
+    `pair` starts with the email's digest, so an email's pairs can be found without knowing
+    the addresses they were sent from.
+    """
+
+    email: str
+    address: str
+    pair: str

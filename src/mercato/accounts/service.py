@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import hashlib
 import hmac
+import ipaddress
 import math
 import re
 import secrets
@@ -30,7 +31,7 @@ from mercato.accounts.errors import (
     InvalidApiKeyName,
     InvalidEmail,
     InvalidPassword,
-    LoginRateLimited,
+    LoginThrottled,
 )
 from mercato.accounts.models import (
     Account,
@@ -39,7 +40,13 @@ from mercato.accounts.models import (
     RefreshToken,
     SessionFamily,
 )
-from mercato.accounts.schemas import CreatedApiKey, IssuedTokens, Principal, RefreshRefused
+from mercato.accounts.schemas import (
+    CreatedApiKey,
+    IssuedTokens,
+    LoginSubjects,
+    Principal,
+    RefreshRefused,
+)
 from mercato.core.errors import Unauthenticated
 from mercato.core.ids import new_id
 from mercato.db.uow import Database
@@ -397,50 +404,145 @@ def revoke_family(session: Session, *, family_id: str, reason: str, now: dt.date
         session.flush()
 
 
-# --- login throttling -------------------------------------------------------------------
+# --- login throttling (decision 0220) ---------------------------------------------------
+
+_HALF_DIGEST = 31  # a pair subject is "p:" + 31 hex of the email's digest + 31 of the address's
 
 
-def login_subjects(*, email: str, client_ip: str | None) -> list[str]:
-    """Rate-limit subjects of a login: the email, and the client address when known."""
-    subjects = [hashlib.sha256(b"email:" + normalize_email(email).encode()).hexdigest()]
-    if client_ip:
-        subjects.append(hashlib.sha256(b"ip:" + client_ip.encode()).hexdigest())
-    return subjects
+def throttle_address(client_ip: str | None) -> str:
+    """The address a throttle counts: IPv4 as is, IPv6 by its /64 (one site's usual share)."""
+    if not client_ip:
+        return "unknown"
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return client_ip
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+def _subject_digest(kind: str, value: str, settings: Settings) -> str:
+    key = settings.derived_key("login-throttle")
+    return hmac.new(key, f"{kind}:{value}".encode(), "sha256").hexdigest()
+
+
+def login_subjects(*, email: str, client_ip: str | None, settings: Settings) -> LoginSubjects:
+    """The throttle subjects of a login: the email, the client address, and the two together."""
+    email_digest = _subject_digest("email", normalize_email(email), settings)
+    address_digest = _subject_digest("address", throttle_address(client_ip), settings)
+    return LoginSubjects(
+        email="e:" + email_digest[:62],
+        address="a:" + address_digest[:62],
+        pair="p:" + email_digest[:_HALF_DIGEST] + address_digest[:_HALF_DIGEST],
+    )
+
+
+def _nth_newest_failure(
+    session: Session, *, subject: str, n: int, since: dt.datetime
+) -> dt.datetime | None:
+    """When the subject's n-th newest failure after `since` happened, if it has n of them."""
+    query = (
+        select(LoginAttempt.attempted_at)
+        .where(LoginAttempt.subject == subject, LoginAttempt.attempted_at > since)
+        .order_by(LoginAttempt.attempted_at.desc())
+        .offset(n - 1)
+        .limit(1)
+    )
+    return session.scalar(query)
+
+
+def _seconds_until(moment: dt.datetime, now: dt.datetime) -> int:
+    return max(0, math.ceil((moment - now).total_seconds()))
+
+
+def _window_wait(
+    session: Session, *, subject: str, limit: int, settings: Settings, now: dt.datetime
+) -> int:
+    """Seconds until the subject's limit-th newest failure leaves the window (0: not limited)."""
+    window = dt.timedelta(seconds=settings.login_window_seconds)
+    boundary = _nth_newest_failure(session, subject=subject, n=limit, since=now - window)
+    return 0 if boundary is None else max(1, _seconds_until(boundary + window, now))
+
+
+def _email_delay(
+    session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
+) -> int:
+    """The per-email bound: once an email has many failures, an address that has failed
+    itself waits until the email's newest failure is `login_email_delay_seconds` old.
+    An address with no failures is never delayed, so the owner's right password gets in."""
+    since = now - dt.timedelta(seconds=settings.login_window_seconds)
+    if _nth_newest_failure(session, subject=subjects.address, n=1, since=since) is None:
+        return 0
+    threshold = settings.login_email_attempts_per_window
+    if _nth_newest_failure(session, subject=subjects.email, n=threshold, since=since) is None:
+        return 0
+    newest = _nth_newest_failure(session, subject=subjects.email, n=1, since=since)
+    assert newest is not None
+    return _seconds_until(newest + dt.timedelta(seconds=settings.login_email_delay_seconds), now)
 
 
 def check_login_allowed(
-    session: Session, *, subjects: Sequence[str], settings: Settings, now: dt.datetime
+    session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
 ) -> None:
-    """Raise LoginRateLimited when any subject used up its failures in the window."""
-    window = dt.timedelta(seconds=settings.login_window_seconds)
-    limit = settings.login_attempts_per_window
-    retry_after = 0
-    for subject in subjects:
-        recent = (
-            select(LoginAttempt.attempted_at)
-            .where(LoginAttempt.subject == subject, LoginAttempt.attempted_at > now - window)
-            .order_by(LoginAttempt.attempted_at.desc())
-        )
-        # The limit-th newest failure must leave the window before another attempt.
-        boundary = session.scalar(recent.offset(limit - 1).limit(1))
-        if boundary is not None:
-            wait = math.ceil((boundary + window - now).total_seconds())
-            retry_after = max(retry_after, wait, 1)
+    """Raise LoginThrottled, with the seconds to wait, when this login may not be tried now."""
+    retry_after = max(
+        _window_wait(
+            session,
+            subject=subjects.pair,
+            limit=settings.login_attempts_per_window,
+            settings=settings,
+            now=now,
+        ),
+        _window_wait(
+            session,
+            subject=subjects.address,
+            limit=settings.login_address_attempts_per_window,
+            settings=settings,
+            now=now,
+        ),
+        _email_delay(session, subjects=subjects, settings=settings, now=now),
+    )
     if retry_after:
-        raise LoginRateLimited("Too many failed logins; try again later.", retry_after=retry_after)
+        raise LoginThrottled(
+            f"Too many failed logins; try again in {retry_after} seconds.", retry_after=retry_after
+        )
 
 
 def record_login_failure(
-    session: Session, *, subjects: Sequence[str], settings: Settings, now: dt.datetime
+    session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
 ) -> None:
     """Count one failed login against each subject and forget failures outside the window."""
     horizon = now - dt.timedelta(seconds=settings.login_window_seconds)
     # The table only ever holds one window of failures, so this sweep stays small.
     session.execute(delete(LoginAttempt).where(LoginAttempt.attempted_at <= horizon))
-    for subject in subjects:
+    for subject in (subjects.email, subjects.address, subjects.pair):
         session.add(LoginAttempt(id=new_id("login"), subject=subject, attempted_at=now))
     session.flush()
 
 
 def clear_login_failures(session: Session, *, subject: str) -> None:
     session.execute(delete(LoginAttempt).where(LoginAttempt.subject == subject))
+
+
+def unlock_login(session: Session, *, email: str, settings: Settings) -> int:
+    """Lift an account's throttles: forget its email's failures and those of its pairs.
+
+    Returns how many recorded failures were forgotten; raises AccountNotFound.
+    """
+    account = get_account_by_email(session, email=email)
+    subjects = login_subjects(email=account.email, client_ip=None, settings=settings)
+    pair_prefix = subjects.pair[: 2 + _HALF_DIGEST]
+    result = session.execute(
+        delete(LoginAttempt)
+        .where(
+            or_(
+                LoginAttempt.subject == subjects.email,
+                LoginAttempt.subject.startswith(pair_prefix, autoescape=True),
+            )
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -1,4 +1,4 @@
-"""`mercato admin create-account`, `create-api-key` and `revoke-api-key`."""
+"""`mercato admin create-account`, `create-api-key`, `revoke-api-key` and `unlock`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import datetime as dt
 from typing import Any
 
 from mercato.accounts import service as accounts
+from mercato.accounts.errors import AccountNotFound
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import emit
+from mercato.cli.output import BadArgument, emit
 
 
 def register(_top: Any, admin: Any) -> None:
@@ -30,6 +31,11 @@ def register(_top: Any, admin: Any) -> None:
     revoke.add_argument("key_id")
     revoke.add_argument("--json", action="store_true")
     revoke.set_defaults(handler=cmd_revoke_api_key)
+
+    unlock = admin.add_parser("unlock", help="lift an email's login throttles (decision 0220)")
+    unlock.add_argument("email", metavar="EMAIL")
+    unlock.add_argument("--json", action="store_true")
+    unlock.set_defaults(handler=cmd_unlock)
 
 
 def _non_negative(value: str) -> int:
@@ -85,4 +91,16 @@ def cmd_revoke_api_key(args: argparse.Namespace) -> int:
         )
         data = {"keyId": key.id, "revokedAt": _iso(key.revoked_at)}
     emit(data, as_json=args.json, text=f"revoked API key {data['keyId']}")
+    return 0
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    runtime = runtime_from_env()
+    with runtime.db.transaction() as session:
+        try:
+            forgotten = accounts.unlock_login(session, email=args.email, settings=runtime.settings)
+        except AccountNotFound:
+            raise BadArgument("EMAIL", "no account has this email") from None
+    data = {"email": accounts.normalize_email(args.email), "forgottenFailures": forgotten}
+    emit(data, as_json=args.json, text=f"lifted the login throttles of {data['email']}")
     return 0

@@ -76,6 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "log_config": None,
         "access_log": False,
         "server_header": False,
+        # The app believes X-Forwarded-* from MERCATO_TRUSTED_PROXIES only (decision 0221).
+        "proxy_headers": False,
         # Connection limits (docs/decisions/0182-serve-connection-limits.md): h11 answers an
         # oversized request head with 431 instead of buffering it; idle keep-alive connections
         # are closed after 5 s; slow clients only hold their own connection.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mercato.db.runtime import Runtime
 from mercato.web import observe, pages, problems
@@ -20,4 +21,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     pages.install(app)
     app.add_middleware(BodyLimit)  # request body caps (web/limits.py)
     observe.install(app)  # request ids, log context, /metrics, /v1/openapi.json, /v1/docs
+    # Outermost: the client address everything else sees is the peer's, or the forwarded one
+    # only when the peer is a configured trusted proxy (decision 0221).
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=runtime.settings.trusted_proxy_list)
     return app

@@ -17,7 +17,7 @@ from mercato.accounts.errors import (
     ApiKeyNotFound,
     InvalidCredentials,
     InvalidEmail,
-    LoginRateLimited,
+    LoginThrottled,
 )
 from mercato.accounts.models import Account, ApiKey, LoginAttempt
 from mercato.accounts.schemas import IssuedTokens, RefreshRefused
@@ -151,7 +151,9 @@ def test_expired_refresh_token_is_refused(db: Database, settings: Settings) -> N
 
 def test_login_throttle_window_and_retry_after(db: Database, settings: Settings) -> None:
     limit = settings.login_attempts_per_window
-    subjects = service.login_subjects(email="alice@example.com", client_ip=None)
+    subjects = service.login_subjects(
+        email="alice@example.com", client_ip="192.0.2.1", settings=settings
+    )
     for i in range(limit):
         with db.transaction() as s:
             service.check_login_allowed(s, subjects=subjects, settings=settings, now=T0)
@@ -159,15 +161,46 @@ def test_login_throttle_window_and_retry_after(db: Database, settings: Settings)
                 s, subjects=subjects, settings=settings, now=T0 + dt.timedelta(seconds=i)
             )
     probe = T0 + dt.timedelta(seconds=limit)
-    with pytest.raises(LoginRateLimited) as caught, db.read() as s:
+    with pytest.raises(LoginThrottled) as caught, db.read() as s:
         service.check_login_allowed(s, subjects=subjects, settings=settings, now=probe)
     window = settings.login_window_seconds
+    assert caught.value.code == "LOGIN_THROTTLED"
     assert caught.value.headers["Retry-After"] == str(window - limit)
     # Once the oldest failure leaves the window, one more attempt is allowed.
     with db.read() as s:
         service.check_login_allowed(
             s, subjects=subjects, settings=settings, now=T0 + dt.timedelta(seconds=window)
         )
+
+
+def test_throttle_subjects_hold_no_readable_email_or_address(settings: Settings) -> None:
+    subjects = service.login_subjects(
+        email=" Alice@Example.com", client_ip="192.0.2.1", settings=settings
+    )
+    same = service.login_subjects(
+        email="alice@example.com", client_ip="192.0.2.1", settings=settings
+    )
+    assert subjects == same
+    for subject in (subjects.email, subjects.address, subjects.pair):
+        assert len(subject) == 64 and "alice" not in subject and "192" not in subject
+    # A pair starts with its email's digest: `unlock` finds an email's pairs by prefix.
+    assert subjects.pair[2:33] == subjects.email[2:33]
+    assert subjects.pair[33:] == subjects.address[2:33]
+
+
+@pytest.mark.parametrize(
+    ("peer", "counted"),
+    [
+        ("192.0.2.1", "192.0.2.1"),
+        ("::ffff:192.0.2.1", "192.0.2.1"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        (None, "unknown"),
+        ("testclient", "testclient"),
+    ],
+)
+def test_an_ipv6_site_counts_as_one_address(peer: str | None, counted: str) -> None:
+    assert service.throttle_address(peer) == counted
 
 
 def test_account_table_keeps_no_plaintext_password(db: Database) -> None:
@@ -249,8 +282,8 @@ def test_a_refresh_token_is_spent_at_most_once_under_concurrency(
 
 
 def test_failures_outside_the_window_are_forgotten(db: Database, settings: Settings) -> None:
-    old = service.login_subjects(email="old@example.com", client_ip="192.0.2.9")
-    new = service.login_subjects(email="new@example.com", client_ip=None)
+    old = service.login_subjects(email="old@example.com", client_ip="192.0.2.9", settings=settings)
+    new = service.login_subjects(email="new@example.com", client_ip=None, settings=settings)
     with db.transaction() as s:
         service.record_login_failure(s, subjects=old, settings=settings, now=T0)
     later = T0 + dt.timedelta(seconds=settings.login_window_seconds)
@@ -258,4 +291,4 @@ def test_failures_outside_the_window_are_forgotten(db: Database, settings: Setti
         service.record_login_failure(s, subjects=new, settings=settings, now=later)
     with db.read() as s:
         subjects = set(s.scalars(select(LoginAttempt.subject)))
-    assert subjects == set(new)
+    assert subjects == {new.email, new.address, new.pair}

@@ -77,7 +77,7 @@ def login(request: Request, form: Form) -> Response:
     target = safe_next(text_of(form, "next") or "/")
     runtime = runtime_of(request)
     errors: dict[str, str] = {}
-    status = 400
+    status, headers = 400, dict[str, str]()
     try:
         tokens = account_flows.login(
             runtime.db,
@@ -89,7 +89,7 @@ def login(request: Request, form: Form) -> Response:
         )
     except RateLimited as error:
         errors["password"] = error.message
-        status = 429
+        status, headers = 429, error.headers
     except Unauthenticated:
         errors["password"] = "The email or the password is not right."
     except MercatoError as error:
@@ -99,7 +99,7 @@ def login(request: Request, form: Form) -> Response:
         set_session_cookies(request, tokens)
         renew_csrf(request)
         return redirect(request, target)
-    return render(
+    page = render(
         request,
         "login.html",
         status=status,
@@ -108,6 +108,8 @@ def login(request: Request, form: Form) -> Response:
         values={"email": email},
         next=target,
     )
+    page.headers.update(headers)  # Retry-After when throttled
+    return page
 
 
 def _end_current_session(request: Request) -> None:
