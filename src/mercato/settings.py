@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -31,8 +32,15 @@ class Settings(BaseSettings):
 
     access_token_ttl_seconds: int = Field(default=900, ge=30)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
-    login_attempts_per_window: int = Field(default=10, ge=1)
-    login_window_seconds: int = Field(default=300, ge=1)
+    # Login throttle (decision 0220): failures per (email, address), per address, and the
+    # per-email bound that only spaces out attempts from addresses that have failed.
+    login_attempts_per_window: int = Field(default=10, ge=1, le=1_000_000)
+    login_address_attempts_per_window: int = Field(default=30, ge=1, le=1_000_000)
+    login_email_attempts_per_window: int = Field(default=20, ge=1, le=1_000_000)
+    login_email_delay_seconds: int = Field(default=15, ge=1, le=3600)
+    login_window_seconds: int = Field(default=300, ge=1, le=86_400)
+    # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
+    trusted_proxies: str = "127.0.0.1,::1"
 
     default_quota_policy: str = "standard"
     default_quota_limit: int = Field(default=60, ge=1)
@@ -58,6 +66,7 @@ class Settings(BaseSettings):
             raise SettingsError("MERCATO_SECRET_KEY must be at least 32 characters")
         if self.allow_private_provider_addresses is None:
             self.allow_private_provider_addresses = self.env == "dev"
+        _proxy_entries(self.trusted_proxies)  # a malformed entry fails here, at start
         return self
 
     @property
@@ -69,6 +78,11 @@ class Settings(BaseSettings):
         elif url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgres://")
         return url
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        """The trusted proxies as address or network strings (empty: trust no peer)."""
+        return _proxy_entries(self.trusted_proxies)
 
     @property
     def private_addresses_allowed(self) -> bool:
@@ -83,6 +97,20 @@ class Settings(BaseSettings):
     def fernet_key(self, purpose: str) -> bytes:
         """Return a Fernet key (urlsafe base64) derived for `purpose`."""
         return base64.urlsafe_b64encode(self.derived_key(purpose))
+
+
+def _proxy_entries(text: str) -> list[str]:
+    """Split MERCATO_TRUSTED_PROXIES, refusing anything but IP addresses and networks."""
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(
+                f"MERCATO_TRUSTED_PROXIES: {entry!r} is not an IP address or network; give "
+                "comma-separated addresses or CIDR networks, or leave it empty"
+            ) from None
+    return entries
 
 
 def load_settings() -> Settings:

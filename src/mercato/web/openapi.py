@@ -280,7 +280,7 @@ _CASE_SUBMIT_ERRORS = (
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("post", "/v1/auth/login"): Operation(
         answers=(Answer(200, "A new session.", TokenPair),),
-        errors=(*BAD, *TOO_LARGE, "INVALID_CREDENTIALS", "LOGIN_RATE_LIMITED"),
+        errors=(*BAD, *TOO_LARGE, "INVALID_CREDENTIALS", "LOGIN_THROTTLED"),
         problem_headers={429: ("Retry-After",)},
     ),
     ("post", "/v1/auth/refresh"): Operation(
