@@ -1,10 +1,13 @@
-"""Builders for artifact tests: settled invocations with a manifest, and a fake provider client."""
+"""Builders for artifact tests: settled invocations with a manifest, a fake provider client and
+a real loopback provider."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sqlalchemy import insert
@@ -129,3 +132,83 @@ class FakeFetcher:
 def fake_target(_session: Any, *, connection_id: str, settings: Any) -> str:
     """A target resolver for fakes: the target is just the connection id."""
     return f"target:{connection_id}"
+
+
+class LoopbackArtifactProvider:
+    """A real provider on 127.0.0.1: every execution succeeds with a manifest of `objects`,
+    and `GET /v1/artifacts/{digest}` serves `served[digest]` (the true bytes unless a test
+    swaps them) with the connection credential. Counts every artifact fetch."""
+
+    def __init__(self, objects: Mapping[str, bytes], *, credential: str) -> None:
+        self.manifest = [entry(data, artifact_id) for artifact_id, data in objects.items()]
+        self.served = {hashlib.sha256(data).hexdigest(): data for data in objects.values()}
+        self.fetches: list[str] = []
+        self.credential = credential
+        self._outcomes: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _execute(self, key: str) -> bytes:
+        with self._lock:
+            return self._outcomes.setdefault(
+                key,
+                json.dumps(
+                    {
+                        "outcome": "SUCCEEDED",
+                        "correlationId": f"corr-{len(self._outcomes)}",
+                        "result": {"artifacts": self.manifest},
+                    }
+                ).encode(),
+            )
+
+    def _artifact(self, digest: str) -> bytes | None:
+        with self._lock:
+            self.fetches.append(digest)
+            return self.served.get(digest)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, media_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", media_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _authorized(self) -> bool:
+                return self.headers.get("Authorization") == f"Bearer {provider.credential}"
+
+            def do_GET(self) -> None:
+                if not self._authorized():
+                    self._send(401, b"{}", "application/json")
+                    return
+                body = provider._artifact(self.path.removeprefix("/v1/artifacts/"))
+                if body is None:
+                    self._send(404, b"{}", "application/json")
+                else:
+                    self._send(200, body, "application/octet-stream")
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if not self._authorized() or self.path != "/v1/executions":
+                    self._send(401, b"{}", "application/json")
+                    return
+                answer = provider._execute(self.headers.get("Idempotency-Key", ""))
+                self._send(200, answer, "application/json")
+
+        return Handler

@@ -2,17 +2,21 @@
 
 Three steps per batch, like every flow that talks to a provider: lease rows (short
 transaction), fetch and verify outside any transaction, record the result (short transaction).
+A download of an entry not yet ingested pulls it the same way at once (`downloadable`); the
+worker's batches are the retry path (decision 0206).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import math
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from mercato.artifacts import service
-from mercato.artifacts.errors import ArtifactCorrupted, BlobNotFound
+from mercato.artifacts.errors import ArtifactCorrupted, ArtifactNotReady, BlobNotFound
 from mercato.artifacts.schemas import PendingIngestion, StoredArtifact
 from mercato.artifacts.store import BlobStore, open_blob_store, sha256_hex
 from mercato.db.runtime import Runtime
@@ -21,6 +25,7 @@ from mercato.settings import Settings
 log = logging.getLogger("mercato.artifacts")
 
 BATCH_SIZE = 20
+MAX_RETRY_AFTER_SECONDS = 300
 
 
 class ArtifactFetcher(Protocol):
@@ -110,6 +115,85 @@ def ingest_invocation(
         return False
 
 
+def downloadable(
+    runtime: Runtime,
+    client: ArtifactFetcher,
+    artifact: StoredArtifact,
+    *,
+    resolve_target: TargetResolver,
+    store: BlobStore | None = None,
+) -> bytes:
+    """Return a settled call's artifact, whole and verified against its manifest entry.
+
+    An entry not yet ingested is pulled from the provider now (fetched, its size and digest
+    checked, stored, marked ingested), so a call's artifacts are there as soon as its answer
+    is. Raise ArtifactNotReady when that pull fails (nothing is stored; the worker retries) and
+    ArtifactCorrupted when the stored copy no longer matches (it goes back to the queue).
+    """
+    store = store or open_blob_store(runtime)
+    if artifact.ingested:
+        try:
+            return read_verified(store, artifact)
+        except ArtifactCorrupted:
+            with runtime.db.transaction() as session:
+                service.mark_corrupted(
+                    session, digest=artifact.entry.digest, now=runtime.clock.now()
+                )
+            raise
+    try:
+        return _pull_for_download(runtime, client, artifact, resolve_target, store)
+    except IngestionFailed as exc:
+        log.warning(
+            "artifact pull on download failed: %s",
+            exc,
+            extra={"invocation": artifact.invocation_id},
+        )
+        raise ArtifactNotReady(
+            "The platform could not fetch this artifact from the provider yet; it keeps trying.",
+            retry_after=_retry_after(artifact.next_attempt_at, runtime.clock.now()),
+        ) from None
+
+
+def _pull_for_download(
+    runtime: Runtime,
+    client: ArtifactFetcher,
+    artifact: StoredArtifact,
+    resolve_target: TargetResolver,
+    store: BlobStore,
+) -> bytes:
+    entry = artifact.entry
+    data = _stored_copy(store, entry.digest)
+    if data is None:
+        with runtime.db.read() as session:
+            connection_id = service.connection_of(session, invocation_id=artifact.invocation_id)
+            job = PendingIngestion(
+                invocation_id=artifact.invocation_id,
+                connection_id=connection_id or "",
+                entry=entry,
+                attempts=artifact.attempts,
+            )
+            target = _resolve(session, resolve_target, job, runtime.settings)
+        if isinstance(target, IngestionFailed):
+            raise target
+        data = _fetch_verified(client, job, target)
+        store.put(data, media_type=entry.media_type)
+    elif len(data) != entry.size:
+        raise IngestionFailed(f"size mismatch: expected {entry.size} bytes, got {len(data)}")
+    with runtime.db.transaction() as session:
+        service.mark_ingested(
+            session,
+            invocation_id=artifact.invocation_id,
+            artifact_id=entry.artifact_id,
+            now=runtime.clock.now(),
+        )
+    return data
+
+
+def _retry_after(due: dt.datetime | None, now: dt.datetime) -> int:
+    wait = math.ceil(((due or now) - now).total_seconds())
+    return min(MAX_RETRY_AFTER_SECONDS, max(1, wait))
+
+
 def read_verified(store: BlobStore, artifact: StoredArtifact) -> bytes:
     """Read a whole stored artifact and check it against its manifest; raise ArtifactCorrupted."""
     try:
@@ -133,9 +217,14 @@ def _resolve(
 
 
 def _pull(store: BlobStore, client: ArtifactFetcher, job: PendingIngestion, target: Any) -> None:
-    entry = job.entry
-    if _intact(store, entry.digest):
+    if _stored_copy(store, job.entry.digest) is not None:
         return
+    store.put(_fetch_verified(client, job, target), media_type=job.entry.media_type)
+
+
+def _fetch_verified(client: ArtifactFetcher, job: PendingIngestion, target: Any) -> bytes:
+    """The provider's bytes for an entry, only once their size and digest match it."""
+    entry = job.entry
     try:
         data = client.fetch_artifact(target, entry.digest, max_bytes=entry.size + 1)
     except Exception as exc:
@@ -145,17 +234,18 @@ def _pull(store: BlobStore, client: ArtifactFetcher, job: PendingIngestion, targ
     actual = sha256_hex(data)
     if actual != entry.digest:
         raise IngestionFailed(f"digest mismatch: provider bytes hash to {actual}")
-    store.put(data, media_type=entry.media_type)
+    return data
 
 
-def _intact(store: BlobStore, digest: str) -> bool:
+def _stored_copy(store: BlobStore, digest: str) -> bytes | None:
     """An existing blob counts only if it still hashes to its name (never trust a bad copy)."""
     if not store.exists(digest):
-        return False
+        return None
     try:
-        return sha256_hex(store.read(digest)) == digest
+        data = store.read(digest)
     except BlobNotFound:
-        return False
+        return None
+    return data if sha256_hex(data) == digest else None
 
 
 def _describe(exc: Exception) -> str:

@@ -137,6 +137,14 @@ def get_artifact(session: Session, *, invocation_id: str, artifact_id: str) -> S
     return _stored(row)
 
 
+def connection_of(session: Session, *, invocation_id: str) -> str | None:
+    """Return the provider connection an invocation was made through (None when unknown)."""
+    found = session.execute(
+        select(_invocations.c.connection_id).where(_invocations.c.id == invocation_id)
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
 def pending_ingestions(
     session: Session, *, invocation_id: str | None = None
 ) -> list[StoredArtifact]:

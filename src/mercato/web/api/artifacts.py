@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from mercato.accounts.schemas import Principal
+from mercato.artifacts import flows
 from mercato.artifacts import service as artifacts
-from mercato.artifacts.errors import (
-    ArtifactCorrupted,
-    ArtifactNotReady,
-    InvocationNotSettled,
-    RangeNotSupported,
-)
-from mercato.artifacts.flows import read_verified
-from mercato.artifacts.store import open_blob_store
+from mercato.artifacts.errors import InvocationNotSettled, RangeNotSupported
 from mercato.invocations import service as invocations
+from mercato.providers import service as providers
+from mercato.web.api.invocations import provider_client
 from mercato.web.deps import current_principal, runtime_of
 
 router = APIRouter()
-
-MAX_RETRY_AFTER_SECONDS = 300
 
 
 @router.get("/v1/invocations/{invocation_id}/artifacts/{artifact_id}")
@@ -33,7 +26,10 @@ def download_artifact(
     request: Request,
     principal: Annotated[Principal, Depends(current_principal)],
 ) -> Response:
-    """Serve an artifact of the caller's settled call, after re-checking its digest."""
+    """Serve an artifact of the caller's settled call, after re-checking its digest.
+
+    One not yet pulled from the provider is pulled now (decision 0206).
+    """
     if "range" in request.headers:
         raise RangeNotSupported()
     runtime = runtime_of(request)
@@ -50,20 +46,12 @@ def download_artifact(
         artifact = artifacts.get_artifact(
             session, invocation_id=invocation_id, artifact_id=artifact_id
         )
-    now = runtime.clock.now()
-    if not artifact.ingested:
-        due = artifact.next_attempt_at or now
-        wait = math.ceil((due - now).total_seconds())
-        raise ArtifactNotReady(
-            "The platform is still fetching this artifact from the provider.",
-            retry_after=min(MAX_RETRY_AFTER_SECONDS, max(1, wait)),
-        )
-    try:
-        data = read_verified(open_blob_store(runtime), artifact)
-    except ArtifactCorrupted:
-        with runtime.db.transaction() as session:
-            artifacts.mark_corrupted(session, digest=artifact.entry.digest, now=now)
-        raise
+    data = flows.downloadable(
+        runtime,
+        provider_client(request),
+        artifact,
+        resolve_target=providers.get_dispatch_target,
+    )
     entry = artifact.entry
     return Response(
         content=data,

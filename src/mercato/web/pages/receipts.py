@@ -8,20 +8,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from mercato.artifacts import flows as artifact_flows
 from mercato.artifacts import service as artifacts
-from mercato.artifacts.errors import (
-    ArtifactCorrupted,
-    ArtifactNotReady,
-    InvocationNotSettled,
-    RangeNotSupported,
-)
-from mercato.artifacts.flows import read_verified
-from mercato.artifacts.store import open_blob_store
+from mercato.artifacts.errors import InvocationNotSettled, RangeNotSupported
 from mercato.cases import flows as case_flows
 from mercato.cases import service as cases
 from mercato.core.errors import MercatoError
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import public_status
+from mercato.providers import service as providers
+from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
 from mercato.web.pages.common import (
     Form,
@@ -109,16 +105,9 @@ def artifact(request: Request, invocation_id: str, artifact_id: str, user: User)
         stored = artifacts.get_artifact(
             session, invocation_id=invocation_id, artifact_id=artifact_id
         )
-    if not stored.ingested:
-        raise ArtifactNotReady(
-            "The platform is still fetching this artifact from the provider.", retry_after=5
-        )
-    try:
-        data = read_verified(open_blob_store(runtime), stored)
-    except ArtifactCorrupted:
-        with runtime.db.transaction() as session:
-            artifacts.mark_corrupted(session, digest=stored.entry.digest, now=runtime.clock.now())
-        raise
+    data = artifact_flows.downloadable(
+        runtime, provider_client(request), stored, resolve_target=providers.get_dispatch_target
+    )
     headers = {
         "Content-Type": stored.entry.media_type,
         "ETag": f'"{stored.entry.digest}"',
