@@ -25,6 +25,20 @@ class BadRequest(MercatoError):
     title = "Bad request"
 
 
+class InvalidText(BadRequest):
+    """U+0000 in a request's text, which no store can hold (refused at the web edge)."""
+
+    code = "INVALID_TEXT"
+    title = "The request holds text that cannot be stored"
+
+
+class AmbiguousCredentials(BadRequest):
+    """More than one Authorization header: the platform will not choose one."""
+
+    code = "AMBIGUOUS_CREDENTIALS"
+    title = "More than one credential was sent"
+
+
 class ValidationFailed(MercatoError):
     code = "VALIDATION_FAILED"
     status = 422

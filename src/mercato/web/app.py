@@ -8,6 +8,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from mercato.db.runtime import Runtime
 from mercato.web import observe, pages, problems
 from mercato.web.api import routers
+from mercato.web.edge import EdgeChecks
 from mercato.web.limits import BodyLimit
 
 
@@ -19,7 +20,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     for router in routers():
         app.include_router(router)
     pages.install(app)
-    app.add_middleware(BodyLimit)  # request body caps (web/limits.py)
+    app.add_middleware(EdgeChecks)  # one Authorization header, no U+0000 (web/edge.py)
+    app.add_middleware(BodyLimit)  # request body caps (web/limits.py), outside EdgeChecks
     observe.install(app)  # request ids, log context, /metrics, /v1/openapi.json, /v1/docs
     # Outermost: the client address everything else sees is the peer's, or the forwarded one
     # only when the peer is a configured trusted proxy (decision 0221).

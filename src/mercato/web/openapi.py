@@ -91,7 +91,7 @@ class Me(BaseModel):
     accountId: str
     email: str
     isStaff: bool
-    channel: str = Field(description="API_KEY or SESSION")
+    channel: str = Field(description="SESSION (an API key cannot read /v1/me)")
 
 
 class CreatedApiKey(BaseModel):
@@ -245,6 +245,9 @@ SESSION = ("UNAUTHENTICATED", "SESSION_REQUIRED")
 STAFF = ("UNAUTHENTICATED", "SESSION_REQUIRED", "STAFF_REQUIRED")
 BAD = ("INVALID_REQUEST",)
 TOO_LARGE = ("REQUEST_TOO_LARGE",)  # bodies over the edge's cap (web/limits.py, decision 0180)
+# Every request passes web/edge.py first: U+0000 in a header, query or body is a 400, in a path
+# segment a 404 (decision 0215); two Authorization headers are a 400 (decision 0216).
+EDGE = ("INVALID_TEXT", "AMBIGUOUS_CREDENTIALS")
 _CACHED = ("ETag", "Cache-Control")
 _NOT_MODIFIED = Answer(304, "Not modified (If-None-Match matched the ETag).", headers=_CACHED)
 _QUOTA_HEADERS = ("RateLimit-Policy", "RateLimit")
@@ -292,7 +295,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         errors=(*BAD, *TOO_LARGE, *SESSION, "INVALID_REFRESH_TOKEN"),
     ),
     ("get", "/v1/me"): Operation(
-        answers=(Answer(200, "The authenticated account.", Me),), errors=AUTH
+        answers=(Answer(200, "The session's account (API keys get 403).", Me),), errors=SESSION
     ),
     ("get", "/v1/api-keys"): Operation(
         answers=(Answer(200, "The account's API keys (never the plaintext).", ApiKeyList),),
@@ -478,8 +481,10 @@ def _overlay(operation: dict[str, Any], spec: Operation, statuses: dict[str, int
             entry["headers"] = _headers(answer.headers)
         responses[str(answer.status)] = entry
     by_status: dict[int, list[str]] = {}
-    for code in spec.errors:
+    for code in dict.fromkeys((*spec.errors, *EDGE)):
         by_status.setdefault(statuses[code], []).append(code)
+    if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+        by_status.setdefault(404, []).append("INVALID_TEXT")
     for status in sorted(by_status):
         codes = by_status[status]
         model = RateLimitProblem if "RATE_LIMIT_EXCEEDED" in codes else ProblemDocument

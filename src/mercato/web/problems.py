@@ -80,12 +80,17 @@ async def _validation_error(_request: Request, exc: Exception) -> Response:
     )
 
 
-async def _http_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
+def from_http_exception(exc: StarletteHTTPException) -> JSONResponse:
+    """The problem document of a framework HTTP exception (404, 405, 413, ...)."""
     code, title = _HTTP_CODES.get(exc.status_code, ("HTTP_ERROR", "HTTP error"))
     message = exc.detail if isinstance(exc.detail, str) else title
     headers = dict(exc.headers) if exc.headers else None
     return problem_response(exc.status_code, code, title, message, headers=headers)
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    return from_http_exception(exc)
 
 
 async def _unexpected_error(_request: Request, exc: Exception) -> Response:

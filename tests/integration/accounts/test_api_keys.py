@@ -30,9 +30,8 @@ def test_create_list_and_use_a_key(client: TestClient, db: Database) -> None:
     assert body["apiKey"].startswith("mercato_live_") and len(body["apiKey"]) == 56
     assert body["name"] == "ci" and body["keyId"] and body["createdAt"]
 
-    me = client.get("/v1/me", headers=bearer(body["apiKey"]))
-    assert me.status_code == 200
-    assert me.json()["channel"] == "API_KEY"
+    balance = client.get("/v1/balance", headers=bearer(body["apiKey"]))
+    assert balance.status_code == 200
 
     listed = client.get("/v1/api-keys", headers=bearer(session["accessToken"])).json()
     [item] = listed["items"]
@@ -51,7 +50,7 @@ def test_plaintext_key_and_password_are_absent_from_a_database_dump(
     ).json()["apiKey"]
     account_id = make_account(db, "second@example.com")
     via_service, _ = make_api_key(db, account_id)
-    assert client.get("/v1/me", headers=bearer(via_api)).status_code == 200
+    assert client.get("/v1/balance", headers=bearer(via_api)).status_code == 200
 
     dump = _dump(db)
     assert "api_keys:" in dump and "refresh_tokens:" in dump  # the dump did see the rows
@@ -65,7 +64,7 @@ def test_revoked_key_is_refused_at_once(client: TestClient, db: Database) -> Non
     session = login(client)
     headers = bearer(session["accessToken"])
     created = client.post("/v1/api-keys", json={"name": "ci"}, headers=headers).json()
-    assert client.get("/v1/me", headers=bearer(created["apiKey"])).status_code == 200
+    assert client.get("/v1/balance", headers=bearer(created["apiKey"])).status_code == 200
 
     revoked = client.post(f"/v1/api-keys/{created['keyId']}:revoke", headers=headers)
     assert revoked.status_code == 200 and revoked.json()["revokedAt"]
@@ -73,7 +72,7 @@ def test_revoked_key_is_refused_at_once(client: TestClient, db: Database) -> Non
     assert again.status_code == 200
     assert again.json()["revokedAt"] == revoked.json()["revokedAt"]
 
-    refused = client.get("/v1/me", headers=bearer(created["apiKey"]))
+    refused = client.get("/v1/balance", headers=bearer(created["apiKey"]))
     assert refused.status_code == 401
     assert refused.json()["code"] == "UNAUTHENTICATED"
     assert refused.headers["www-authenticate"].startswith("Bearer")
@@ -87,10 +86,10 @@ def test_another_accounts_key_cannot_be_revoked(client: TestClient, db: Database
     response = client.post(f"/v1/api-keys/{key_id}:revoke", headers=bearer(session["accessToken"]))
     assert response.status_code == 404
     assert response.json()["code"] == "API_KEY_NOT_FOUND"
-    assert client.get("/v1/me", headers=bearer(plaintext)).status_code == 200
+    assert client.get("/v1/balance", headers=bearer(plaintext)).status_code == 200
 
 
-def test_an_api_key_cannot_manage_keys(client: TestClient, db: Database) -> None:
+def test_an_api_key_cannot_manage_keys_or_read_me(client: TestClient, db: Database) -> None:
     account_id = make_account(db)
     plaintext, key_id = make_api_key(db, account_id)
     headers = bearer(plaintext)
@@ -98,11 +97,21 @@ def test_an_api_key_cannot_manage_keys(client: TestClient, db: Database) -> None
         client.post("/v1/api-keys", json={"name": "more"}, headers=headers),
         client.get("/v1/api-keys", headers=headers),
         client.post(f"/v1/api-keys/{key_id}:revoke", headers=headers),
+        client.get("/v1/me", headers=headers),
     ]
     for response in attempts:
         assert response.status_code == 403
+        assert response.headers["content-type"].startswith("application/problem+json")
         assert response.json()["code"] == "SESSION_REQUIRED"
-    assert client.get("/v1/me", headers=headers).status_code == 200
+    assert client.get("/v1/balance", headers=headers).status_code == 200
+    me = client.get("/v1/me", headers=bearer(login(client)["accessToken"]))
+    assert me.status_code == 200
+    assert me.json() == {
+        "accountId": account_id,
+        "email": "caller@example.com",
+        "isStaff": False,
+        "channel": "SESSION",
+    }
 
 
 def test_key_management_needs_authentication_and_a_clean_body(

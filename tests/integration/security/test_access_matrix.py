@@ -47,7 +47,7 @@ API: dict[tuple[str, str], Entry] = {
     ("post", "/v1/auth/logout"): Entry(
         "session"
     ),  # a refresh token in the body is its own credential
-    ("get", "/v1/me"): Entry("any"),
+    ("get", "/v1/me"): Entry("session"),
     ("get", "/v1/api-keys"): Entry("session"),
     ("post", "/v1/api-keys"): Entry("session", body={"name": "k"}),
     ("post", "/v1/api-keys/{key_id}:revoke"): _OWNED_SESSION,

@@ -39,7 +39,14 @@ EXAMPLES = 50
 INVOKE = ("post", "/v1/services/{service_code}/versions/{version}:invoke")
 INVOKE_EXAMPLES = 100
 PROBLEM_MEMBERS = {"type": str, "title": str, "status": int, "code": str, "message": str}
-SESSION_ONLY = ("/v1/api-keys", "/v1/cases", "/v1/disputes", "/v1/content-reports", "/v1/auth/")
+SESSION_ONLY = (
+    "/v1/me",
+    "/v1/api-keys",
+    "/v1/cases",
+    "/v1/disputes",
+    "/v1/content-reports",
+    "/v1/auth/",
+)
 STAFF_ONLY = (("post", "/v1/cases/{case_id}:decide"),)
 
 

@@ -21,7 +21,7 @@ from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import ScriptedProvider, defined, ok, unknown
 from mercato.db.runtime import Runtime
 from mercato.web.app import create_app
-from mercato.web.openapi import OPERATIONS, build_document, error_statuses
+from mercato.web.openapi import EDGE, OPERATIONS, build_document, error_statuses
 
 CHECKED_IN = Path(__file__).parents[3] / "docs" / "openapi.json"
 REGENERATE = ".venv/bin/python -m mercato.web.openapi > docs/openapi.json"
@@ -68,7 +68,11 @@ def test_every_error_is_a_declared_problem_document(doc: dict[str, Any]) -> None
         for method, operation in operations.items():
             responses = operation["responses"]
             declared = OPERATIONS[(method, path)]
-            expected = {str(statuses[code]) for code in declared.errors}
+            expected = {str(statuses[code]) for code in (*declared.errors, *EDGE)}
+            if any(p["in"] == "path" for p in operation.get("parameters", [])):
+                expected.add("404")  # a NUL in a path segment (web/edge.py)
+            assert "`INVALID_TEXT`" in responses["400"]["description"], (method, path)
+            assert "`AMBIGUOUS_CREDENTIALS`" in responses["400"]["description"], (method, path)
             assert {s for s in responses if s in PROBLEM_STATUSES} == expected, (method, path)
             for status in expected:
                 content = responses[status]["content"]

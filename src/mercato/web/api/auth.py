@@ -12,7 +12,7 @@ from mercato.accounts import service as accounts
 from mercato.accounts.errors import InvalidRefreshToken
 from mercato.accounts.schemas import IssuedTokens, Principal
 from mercato.core.errors import Unauthenticated
-from mercato.web.deps import current_principal, runtime_of, session_principal
+from mercato.web.deps import runtime_of, session_principal
 
 router = APIRouter(tags=["auth"])
 
@@ -94,8 +94,9 @@ def logout(request: Request, body: LogoutBody | None = None) -> Response:
 
 @router.get("/v1/me")
 def me(
-    request: Request, principal: Annotated[Principal, Depends(current_principal)]
+    request: Request, principal: Annotated[Principal, Depends(session_principal)]
 ) -> dict[str, Any]:
+    """The session's own account (an API key gets 403 SESSION_REQUIRED)."""
     with runtime_of(request).db.read() as session:
         account = accounts.get_account(session, account_id=principal.account_id)
         email = account.email
