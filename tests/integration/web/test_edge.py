@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from builders.invocation_world import SERVICE
@@ -372,3 +373,27 @@ def test_two_authorization_headers_never_invoke(security: SecurityWorld) -> None
     assert response.status_code == 400, response.text
     assert response.json()["code"] == "AMBIGUOUS_CREDENTIALS"
     assert snapshot(db) == before
+
+
+def _count(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_refusals_are_counted_under_the_route_they_were_sent_to(security: SecurityWorld) -> None:
+    route = "/v1/services/{service_code}/versions/{version}:invoke"
+    counted = {"method": "POST", "route": route, "status": "400"}
+    rejected = {"outcome": "rejected", "settlement": "NONE"}
+    before = _count("mercato_http_requests_total", **counted)
+    rejected_before = _count("mercato_invokes_total", **rejected)
+    response = security.client.post(
+        f"/v1/services/{SERVICE}/versions/v1:invoke",
+        json={"n": 1, "note": "\x00"},
+        headers={**security.owner.key_headers(), "Idempotency-Key": "counted-1"},
+    )
+    assert response.status_code == 400
+    assert _count("mercato_http_requests_total", **counted) == before + 1
+    assert _count("mercato_invokes_total", **rejected) == rejected_before + 1
+    nowhere = {"method": "GET", "route": "unmatched", "status": "404"}
+    nowhere_before = _count("mercato_http_requests_total", **nowhere)
+    assert security.client.get("/nothing/he%00re").status_code == 404
+    assert _count("mercato_http_requests_total", **nowhere) == nowhere_before + 1
