@@ -6,16 +6,17 @@ import argparse
 from typing import Any
 
 from mercato.cases import flows
+from mercato.cases.errors import CaseNotFound, InvalidCaseInput
 from mercato.cases.schemas import CaseView, Decision
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import emit
+from mercato.cli.output import argument_errors, emit
 
 OPERATOR = "operator:cli"
 
 
 def register(_top: Any, admin: Any) -> None:
     dispute = admin.add_parser("decide-dispute", help="approve (and refund) or deny a dispute")
-    dispute.add_argument("case_id")
+    dispute.add_argument("case_id", metavar="CASE_ID")
     choice = dispute.add_mutually_exclusive_group(required=True)
     choice.add_argument("--approve", dest="decision", action="store_const", const=Decision.APPROVE)
     choice.add_argument("--deny", dest="decision", action="store_const", const=Decision.DENY)
@@ -24,7 +25,7 @@ def register(_top: Any, admin: Any) -> None:
     dispute.set_defaults(handler=cmd_decide)
 
     report = admin.add_parser("decide-report", help="uphold (unlist) or dismiss a content report")
-    report.add_argument("case_id")
+    report.add_argument("case_id", metavar="CASE_ID")
     choice = report.add_mutually_exclusive_group(required=True)
     choice.add_argument("--uphold", dest="decision", action="store_const", const=Decision.UPHOLD)
     choice.add_argument("--dismiss", dest="decision", action="store_const", const=Decision.DISMISS)
@@ -45,14 +46,16 @@ def _summary(case: CaseView) -> str:
 def cmd_decide(args: argparse.Namespace) -> int:
     """Decide a case; an invalid transition is an error (exit 1) with its code on stderr."""
     runtime = runtime_from_env()
+    errors = argument_errors({CaseNotFound: "CASE_ID", InvalidCaseInput: "--reason"})
     try:
-        case = flows.decide(
-            runtime,
-            case_id=args.case_id,
-            decision=args.decision,
-            reason=args.reason,
-            decided_by=OPERATOR,
-        )
+        with errors:
+            case = flows.decide(
+                runtime,
+                case_id=args.case_id,
+                decision=args.decision,
+                reason=args.reason,
+                decided_by=OPERATOR,
+            )
     finally:
         runtime.db.dispose()
     emit(case.to_json(for_staff=True), as_json=args.json, text=_summary(case))

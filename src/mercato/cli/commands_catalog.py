@@ -10,9 +10,19 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from mercato.catalog import service as catalog
-from mercato.catalog.errors import InvalidContract
+from mercato.catalog.errors import (
+    HoldNotFound,
+    InvalidContract,
+    InvalidListing,
+    InvalidPrice,
+    InvalidServiceCode,
+    InvalidVersionLabel,
+    ListingNotFound,
+)
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import emit
+from mercato.cli.output import Naming, argument_errors, emit, whole_number
+from mercato.core.errors import MercatoError, ValidationFailed
+from mercato.providers.errors import ConnectionNotFound
 
 OPERATOR = "operator:cli"
 
@@ -25,12 +35,17 @@ def register(_top: Any, admin: Any) -> None:
     publish.add_argument("--service-code", required=True)
     publish.add_argument("--display-name", required=True)
     publish.add_argument("--version", required=True, help="exact label v<number>, e.g. v1")
-    publish.add_argument("--price", required=True, type=int, help="gross price in points")
+    publish.add_argument(
+        "--price",
+        required=True,
+        type=whole_number(1, catalog.MAX_PRICE),
+        help="gross price in points",
+    )
     publish.add_argument("--contract", required=True, type=Path, help="contract JSON file")
     publish.add_argument("--description", help="listing description")
     publish.add_argument(
         "--provider-share-bps",
-        type=int,
+        type=whole_number(0, 10_000),
         help="provider's share in basis points "
         f"(new listings: {catalog.DEFAULT_PROVIDER_SHARE_BPS}; existing ones keep theirs)",
     )
@@ -38,13 +53,13 @@ def register(_top: Any, admin: Any) -> None:
     publish.set_defaults(handler=cmd_publish)
 
     hold = admin.add_parser("hold", help="take a listing out of the catalog")
-    hold.add_argument("service_code")
+    hold.add_argument("service_code", metavar="SERVICE_CODE")
     hold.add_argument("--reason", required=True)
     hold.add_argument("--json", action="store_true")
     hold.set_defaults(handler=cmd_hold)
 
     release = admin.add_parser("release-hold", help="release one hold on a listing")
-    release.add_argument("hold_id")
+    release.add_argument("hold_id", metavar="HOLD_ID")
     release.add_argument("--json", action="store_true")
     release.set_defaults(handler=cmd_release_hold)
 
@@ -72,10 +87,27 @@ def connection_facts(session: Session, *, connection_id: str) -> catalog.Connect
     )
 
 
+def _listing_argument(error: MercatoError) -> str:
+    return "--description" if "description" in error.message else "--display-name"
+
+
+# Bad input names its argument (exit 2); a state the arguments do not fit (a connection not
+# approved, a published version that differs, a taken code) stays a domain error (exit 1).
+_PUBLISH_ERRORS: dict[type[MercatoError], Naming] = {
+    InvalidContract: "--contract",
+    ConnectionNotFound: "--connection",
+    InvalidServiceCode: "--service-code",
+    InvalidVersionLabel: "--version",
+    InvalidPrice: "--price",
+    InvalidListing: _listing_argument,
+}
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
-    contract = read_contract(args.contract)
+    with argument_errors(_PUBLISH_ERRORS):
+        contract = read_contract(args.contract)
     runtime = runtime_from_env()
-    with runtime.db.transaction() as session:
+    with argument_errors(_PUBLISH_ERRORS), runtime.db.transaction() as session:
         result = catalog.publish(
             session,
             service_code=args.service_code,
@@ -102,7 +134,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_hold(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    with runtime.db.transaction() as session:
+    errors = argument_errors({ListingNotFound: "SERVICE_CODE", ValidationFailed: "--reason"})
+    with errors, runtime.db.transaction() as session:
         hold_id = catalog.place_hold(
             session,
             service_code=args.service_code,
@@ -117,7 +150,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
 
 def cmd_release_hold(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    with runtime.db.transaction() as session:
+    with argument_errors({HoldNotFound: "HOLD_ID"}), runtime.db.transaction() as session:
         catalog.release_hold(
             session, hold_id=args.hold_id, released_by=OPERATOR, now=runtime.clock.now()
         )

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from mercato.accounts import service as accounts
 from mercato.accounts.errors import AccountNotFound
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, emit
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, argument_errors, emit, whole_number
 from mercato.ledger import service as ledger
+from mercato.ledger.errors import InvalidLedgerInput
 
 
 def register(_top: Any, admin: Any) -> None:
     grant = admin.add_parser("grant-points", help="grant points to an account")
-    grant.add_argument("email")
-    grant.add_argument("points", type=_positive, metavar="N")
+    grant.add_argument("email", metavar="EMAIL")
+    grant.add_argument("points", type=whole_number(1, ledger.MAX_AMOUNT), metavar="N")
     grant.add_argument("--memo", default="grant-points", help="a note kept on the transfer")
     grant.add_argument("--json", action="store_true")
     grant.set_defaults(handler=cmd_grant_points)
@@ -26,32 +26,19 @@ def register(_top: Any, admin: Any) -> None:
     verify.set_defaults(handler=cmd_verify_ledger)
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a whole number of points") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
-
-
 def cmd_grant_points(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    try:
-        with runtime.db.transaction() as session:
-            account = accounts.get_account_by_email(session, email=args.email)
-            transfer_id = ledger.grant(
-                session,
-                account_id=account.id,
-                amount=args.points,
-                now=runtime.clock.now(),
-                memo=args.memo,
-            )
-            available = ledger.balances(session, account_id=account.id).available
-    except AccountNotFound:
-        sys.stderr.write(f"error: ACCOUNT_NOT_FOUND: no account with email {args.email!r}\n")
-        return EXIT_FAILURE
+    errors = argument_errors({AccountNotFound: "EMAIL", InvalidLedgerInput: "--memo"})
+    with errors, runtime.db.transaction() as session:
+        account = accounts.get_account_by_email(session, email=args.email)
+        transfer_id = ledger.grant(
+            session,
+            account_id=account.id,
+            amount=args.points,
+            now=runtime.clock.now(),
+            memo=args.memo,
+        )
+        available = ledger.balances(session, account_id=account.id).available
     data = {
         "accountId": account.id,
         "transferId": transfer_id,

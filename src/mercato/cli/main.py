@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
 
 from mercato.cli import commands_core
-from mercato.cli.output import EXIT_USAGE, BadArgument, bad_argument, fail
+from mercato.cli.output import EXIT_USAGE, BadArgument, bad_argument, configuration_error, fail
 from mercato.core.errors import MercatoError
 from mercato.settings import SettingsError
 
@@ -44,26 +47,47 @@ def _optional_modules() -> list[Any]:
     return modules
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (no usage block) and exit 2.
+
+    Subparsers are built with the parser's own class, so every command inherits this.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mercato", description="Mercato marketplace")
-    top = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="mercato", description="Mercato marketplace")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin_parser = top.add_parser("admin", help="operator commands")
-    admin = admin_parser.add_subparsers(dest="admin_command", required=True)
+    admin = admin_parser.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
     for module in [*_MODULES, *_optional_modules()]:
         module.register(top, admin)
     return parser
 
 
+def _refuse_undecodable(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An argument that is not valid UTF-8 cannot be stored or compared: refuse it up front."""
+    for position, value in enumerate(argv, start=1):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            parser.error(f"argument {position} is not valid UTF-8 text")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    _refuse_undecodable(parser, arguments)
+    args = parser.parse_args(arguments)
     handler: Handler = args.handler
     try:
         return handler(args)
     except BadArgument as exc:
         return bad_argument(exc)
-    except SettingsError as exc:
-        parser.exit(EXIT_USAGE, f"configuration error: {exc}\n")
+    except (SettingsError, ValidationError) as exc:
+        return configuration_error(exc)
     except MercatoError as exc:
         return fail(exc)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
+
+from pydantic import ValidationError
 
 from mercato.core.errors import MercatoError
 
@@ -37,6 +42,58 @@ class BadArgument(Exception):
 def bad_argument(error: BadArgument) -> int:
     """Report a bad argument as one line on stderr and return exit code 2."""
     sys.stderr.write(f"error: argument {error.argument}: {error.message}\n")
+    return EXIT_USAGE
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse `type=` for a whole number from `low` to `high` (a bad one: exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text.strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {number}")
+        return number
+
+    parse.__name__ = "whole number"  # argparse's fallback message names the type
+    return parse
+
+
+Naming = str | Callable[[MercatoError], str]
+
+
+@contextmanager
+def argument_errors(arguments: Mapping[type[MercatoError], Naming]) -> Iterator[None]:
+    """Turn the listed domain errors into a BadArgument naming the operator's argument.
+
+    Example: `with argument_errors({AccountNotFound: "EMAIL"}): ...`; a callable picks the
+    argument from the error when one error class covers several. The first listed class that
+    matches wins; other errors pass through unchanged.
+    """
+    try:
+        yield
+    except MercatoError as error:
+        for kind, naming in arguments.items():
+            if isinstance(error, kind):
+                argument = naming if isinstance(naming, str) else naming(error)
+                raise BadArgument(argument, f"{error.message} ({error.code})") from None
+        raise
+
+
+def configuration_error(error: Exception) -> int:
+    """Report settings that cannot be used as one line naming the variable; exit code 2."""
+    if isinstance(error, ValidationError):
+        problems = []
+        for detail in error.errors():
+            name = "MERCATO_" + "_".join(str(part) for part in detail["loc"]).upper()
+            message = str(detail["msg"]).removeprefix("Value error, ")
+            problems.append(message if message.startswith("MERCATO_") else f"{name}: {message}")
+        text = "; ".join(problems)
+    else:
+        text = str(error)
+    sys.stderr.write(f"configuration error: {' '.join(text.split())}\n")
     return EXIT_USAGE
 
 

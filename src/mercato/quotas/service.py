@@ -30,6 +30,8 @@ _WINDOW_OF = select(_windows.c.window_start, _windows.c.accepted).where(
     _windows.c.account_id == bindparam("account_id"), _windows.c.policy == bindparam("policy")
 )
 _POLICY_MAX = 64
+MAX_LIMIT = 2**31 - 1  # the limit and the window's count are INTEGER columns
+MAX_WINDOW_SECONDS = 366 * 24 * 3600  # a year: longer is no rate limit, and dates overflow
 
 
 def default_policy(settings: Any) -> Policy:
@@ -75,8 +77,8 @@ def set_quota(
     """Give the account its own policy (replacing any earlier one)."""
     if not policy or len(policy) > _POLICY_MAX or not policy.isprintable() or '"' in policy:
         raise InvalidQuota(f"policy must be 1-{_POLICY_MAX} printable characters without quotes")
-    if limit < 1 or window_seconds < 1:
-        raise InvalidQuota("limit and window must be at least 1")
+    if not 1 <= limit <= MAX_LIMIT or not 1 <= window_seconds <= MAX_WINDOW_SECONDS:
+        raise InvalidQuota(f"limit must be 1-{MAX_LIMIT} and window 1-{MAX_WINDOW_SECONDS} seconds")
     row = session.get(QuotaOverride, account_id)
     if row is None:
         row = QuotaOverride(account_id=account_id)

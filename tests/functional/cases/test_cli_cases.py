@@ -81,5 +81,5 @@ def test_decide_report_uphold_holds_the_listing(cw: CaseWorld, tmp_path: Path) -
 
 def test_unknown_case_fails_clearly(cw: CaseWorld, tmp_path: Path) -> None:
     done = mercato(cw, tmp_path, "decide-report", "case_nope", "--dismiss", "--reason", "x")
-    assert done.returncode == 1
-    assert "CASE_NOT_FOUND" in done.stderr
+    assert done.returncode == 2  # an unknown id is a bad argument (DESIGN.md §10)
+    assert done.stderr == "error: argument CASE_ID: Case not found (CASE_NOT_FOUND)\n"

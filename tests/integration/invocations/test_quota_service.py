@@ -10,7 +10,7 @@ import pytest
 from builders.accounts import make_account
 from mercato.db.runtime import Runtime
 from mercato.quotas import service as quotas
-from mercato.quotas.errors import RateLimitExceeded
+from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
 from mercato.quotas.schemas import Policy
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
@@ -101,3 +101,31 @@ def test_concurrent_takers_get_exactly_limit_slots(runtime: Runtime) -> None:
     for thread in threads:
         thread.join()
     assert outcomes.count("ok") == 7 and outcomes.count("limited") == 13
+
+
+@pytest.mark.parametrize(
+    ("limit", "window"),
+    [(0, 60), (quotas.MAX_LIMIT + 1, 60), (5, 0), (5, quotas.MAX_WINDOW_SECONDS + 1)],
+)
+def test_a_policy_beyond_what_the_store_holds_is_refused(
+    runtime: Runtime, limit: int, window: int
+) -> None:
+    account_id = make_account(runtime.db)
+    with pytest.raises(InvalidQuota), runtime.db.transaction() as session:
+        quotas.set_quota(
+            session,
+            account_id=account_id,
+            policy="huge",
+            limit=limit,
+            window_seconds=window,
+            now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        )
+    with runtime.db.transaction() as session:  # the largest allowed policy is stored
+        quotas.set_quota(
+            session,
+            account_id=account_id,
+            policy="huge",
+            limit=quotas.MAX_LIMIT,
+            window_seconds=quotas.MAX_WINDOW_SECONDS,
+            now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        )
