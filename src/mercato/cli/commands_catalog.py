@@ -64,12 +64,20 @@ def register(_top: Any, admin: Any) -> None:
     release.set_defaults(handler=cmd_release_hold)
 
 
+CONTRACT_FILE_MAX = 1024 * 1024  # far above any contract; stops `--contract /dev/zero`
+
+
 def read_contract(path: Path) -> Any:
     """Read the contract file the operator gave."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(CONTRACT_FILE_MAX + 1)
     except OSError as exc:
         raise InvalidContract(f"Cannot read the contract file {path}: {exc.strerror}.") from exc
+    if len(raw) > CONTRACT_FILE_MAX:
+        raise InvalidContract(f"The contract file {path} is over {CONTRACT_FILE_MAX} bytes.")
+    try:
+        return json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeError) as exc:
         raise InvalidContract(f"The contract file {path} is not JSON: {exc}.") from exc
 

@@ -41,7 +41,8 @@ class BadArgument(Exception):
 
 def bad_argument(error: BadArgument) -> int:
     """Report a bad argument as one line on stderr and return exit code 2."""
-    sys.stderr.write(f"error: argument {error.argument}: {error.message}\n")
+    text = " ".join(f"argument {error.argument}: {error.message}".split())  # always one line
+    sys.stderr.write(f"error: {text}\n")
     return EXIT_USAGE
 
 

@@ -129,6 +129,7 @@ def _cases(world: dict[str, str]) -> list[tuple[list[str], str]]:
         (_publish(world, **{"--contract": world["missing"]}), "--contract"),
         (_publish(world, **{"--contract": world["not_json"]}), "--contract"),
         (_publish(world, **{"--contract": world["dir"]}), "--contract"),
+        (_publish(world, **{"--contract": "/dev/zero"}), "--contract"),
         (_publish(world, **{"--connection": "conn_unknown"}), "--connection"),
         (_publish(world, **{"--service-code": "Not A Code"}), "--service-code"),
         (_publish(world, **{"--version": "1.0"}), "--version"),

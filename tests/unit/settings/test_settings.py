@@ -43,3 +43,12 @@ def test_derived_keys_are_separated_by_purpose() -> None:
     settings = Settings(env="production", secret_key="k" * 40)  # type: ignore[arg-type]
     assert settings.derived_key("a") != settings.derived_key("b")
     assert len(settings.fernet_key("a")) == 44
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    assert Settings(env="dev").trusted_proxy_list == ["127.0.0.1", "::1"]
+    listed = Settings(env="dev", trusted_proxies=" 10.0.0.0/8, 2001:db8::1 ")
+    assert listed.trusted_proxy_list == ["10.0.0.0/8", "2001:db8::1"]
+    assert Settings(env="dev", trusted_proxies="").trusted_proxy_list == []
+    with pytest.raises(ValidationError, match="MERCATO_TRUSTED_PROXIES: 'proxy.internal'"):
+        Settings(env="dev", trusted_proxies="10.0.0.1,proxy.internal")
