@@ -50,5 +50,5 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
     listed = Settings(env="dev", trusted_proxies=" 10.0.0.0/8, 2001:db8::1 ")
     assert listed.trusted_proxy_list == ["10.0.0.0/8", "2001:db8::1"]
     assert Settings(env="dev", trusted_proxies="").trusted_proxy_list == []
-    with pytest.raises(ValidationError, match="MERCATO_TRUSTED_PROXIES: 'proxy.internal'"):
+    with pytest.raises(ValidationError, match=r"MERCATO_TRUSTED_PROXIES: 'proxy\.internal'"):
         Settings(env="dev", trusted_proxies="10.0.0.1,proxy.internal")
