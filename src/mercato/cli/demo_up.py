@@ -35,6 +35,7 @@ from sqlalchemy import select
 
 from mercato.accounts import service as accounts
 from mercato.catalog import service as catalog
+from mercato.catalog.errors import VersionImmutable
 from mercato.catalog.examples import example_contract
 from mercato.cli.commands_catalog import connection_facts
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
@@ -329,19 +330,25 @@ def connect_provider(
                 session, connection_id=connection_id, now=runtime.clock.now()
             )
         say(f"approved connection {connection_id}")
-    with runtime.db.transaction() as session:
-        published = catalog.publish(
-            session,
-            service_code=SERVICE_CODE,
-            display_name=DISPLAY_NAME,
-            version=VERSION,
-            connection=connection_facts(session, connection_id=connection_id),
-            price=PRICE,
-            contract=example_contract(),
-            description=DESCRIPTION,
-            now=runtime.clock.now(),
-        )
-        created = published.created
+    try:
+        with runtime.db.transaction() as session:
+            published = catalog.publish(
+                session,
+                service_code=SERVICE_CODE,
+                display_name=DISPLAY_NAME,
+                version=VERSION,
+                connection=connection_facts(session, connection_id=connection_id),
+                price=PRICE,
+                contract=example_contract(),
+                description=DESCRIPTION,
+                now=runtime.clock.now(),
+            )
+            created = published.created
+    except VersionImmutable:
+        # A data dir from an earlier release holds v1 with that release's contract; a published
+        # version never changes, so the demo keeps serving it (an empty data dir gets today's).
+        say(f"{SERVICE_CODE} {VERSION} was published earlier with another contract (kept)")
+        return connection_id
     say(
         f"published {SERVICE_CODE} {VERSION}"
         if created
