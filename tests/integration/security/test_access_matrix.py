@@ -107,6 +107,8 @@ PAGES: dict[tuple[str, str], Entry] = {
     ("get", "/staff/cases/{case_id}"): Entry("staff", "owner"),
     ("post", "/staff/cases/{case_id}/decide"): Entry("staff", "owner"),
     ("post", "/staff/holds/{hold_id}/release"): _PAGE_STAFF,
+    ("get", "/staff/invocations/{invocation_id}"): Entry("staff", "owner"),
+    ("post", "/staff/invocations/{invocation_id}/resolve"): Entry("staff", "owner"),
 }
 
 
