@@ -95,3 +95,8 @@ class InvalidPrice(ValidationFailed):
 class InvalidCursor(BadRequest):
     code = "INVALID_CURSOR"
     title = "The cursor is not valid"
+
+
+class InvalidSearch(BadRequest):
+    code = "INVALID_SEARCH"
+    title = "The search is not valid"

@@ -34,6 +34,7 @@ from mercato.catalog.holds import (
 )
 from mercato.catalog.models import DRAFT, PUBLISHED, Listing, Version
 from mercato.catalog.schemas import ConnectionFacts, InvocableVersion, PublishResult
+from mercato.catalog.search import match_clause
 from mercato.core.errors import ValidationFailed
 from mercato.core.ids import new_id
 
@@ -491,10 +492,13 @@ def _published_version(
 
 
 def public_listings(
-    session: Session, *, limit: int, after: str | None = None
+    session: Session, *, limit: int, after: str | None = None, terms: list[str] | None = None
 ) -> tuple[list[tuple[Listing, list[Version]]], bool]:
-    """One page of public listings by service code, and whether more follow."""
+    """One page of public listings by service code matching every search term (see
+    `catalog.search`), and whether more follow."""
     query = select(Listing).where(public_clause()).order_by(Listing.service_code)
+    if terms:
+        query = query.where(match_clause(terms))
     if after is not None:
         query = query.where(Listing.service_code > after)
     rows = list(session.scalars(query.limit(limit + 1)))

@@ -261,8 +261,8 @@ def _catalog_doc(model: type[BaseModel], what: str) -> Operation:
 
 
 _LISTINGS = Operation(
-    answers=(Answer(200, "One page of public listings.", ListingPage),),
-    errors=(*BAD, "INVALID_CURSOR"),
+    answers=(Answer(200, "One page of public listings, filtered by `q` when given.", ListingPage),),
+    errors=(*BAD, "INVALID_CURSOR", "INVALID_SEARCH"),
 )
 _LISTING = Operation(
     answers=(Answer(200, "The listing and its public versions.", ListingDocument),),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -10,8 +9,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from mercato.catalog import service
-from mercato.catalog.errors import InvalidCursor, InvalidServiceCode
+from mercato.catalog import search, service
 from mercato.catalog.schemas import (
     ContractDocument,
     ListingDocument,
@@ -20,7 +18,6 @@ from mercato.catalog.schemas import (
     VersionDocument,
 )
 from mercato.core.canonical import digest_of
-from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.errors import MercatoError
 from mercato.web.deps import runtime_of
 
@@ -32,14 +29,26 @@ SERVICES = "/v1/catalog/services"
 
 Limit = Annotated[int, Query(ge=1, le=100)]
 Cursor = Annotated[str | None, Query(max_length=200)]
+Search = Annotated[
+    str,
+    Query(
+        description=(
+            "Search: listings whose service code, display name or description contains every "
+            "whitespace-separated word (ASCII letters case-insensitive; % and _ are literal). "
+            f"At most {search.SEARCH_MAX_CHARS} characters (longer: 400 INVALID_SEARCH); "
+            "empty: no filter. A nextCursor is valid only with the same q."
+        )
+    ),
+]
 
 
-def _listings_page(request: Request, limit: int, cursor: str | None) -> Response:
-    after = _decode_cursor(cursor) if cursor else None
+def _listings_page(request: Request, limit: int, cursor: str | None, q: str) -> Response:
+    terms = search.search_terms(q)
+    after = search.cursor_after(cursor, terms, check_code=service.check_service_code)
     with runtime_of(request).db.read() as session:
-        rows, more = service.public_listings(session, limit=limit, after=after)
+        rows, more = service.public_listings(session, limit=limit, after=after, terms=terms)
         items = [ListingSummary.of(listing, versions) for listing, versions in rows]
-    next_cursor = encode_cursor(items[-1].service_code) if more and items else None
+    next_cursor = search.next_cursor(items[-1].service_code, terms) if more and items else None
     return JSONResponse(ListingPage(items=items, next_cursor=next_cursor).body())
 
 
@@ -80,20 +89,14 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
     return any(c == "*" or c.removeprefix("W/") == tag for c in candidates)
 
 
-def _decode_cursor(cursor: str) -> str:
-    value = decode_cursor(cursor)
-    if value is not None:
-        with contextlib.suppress(InvalidServiceCode):
-            return service.check_service_code(value)
-    raise InvalidCursor("The cursor is not one this API gave out.")
-
-
 # --- the listing paths ------------------------------------------------------------------
 
 
 @router.get(LISTINGS)
-def list_listings(request: Request, limit: Limit = 20, cursor: Cursor = None) -> Response:
-    return _listings_page(request, limit, cursor)
+def list_listings(
+    request: Request, limit: Limit = 20, cursor: Cursor = None, q: Search = ""
+) -> Response:
+    return _listings_page(request, limit, cursor, q)
 
 
 @router.get(LISTINGS + "/{service_code}")
@@ -130,8 +133,10 @@ def _deprecated(successor: str, answer: Callable[[], Response]) -> Response:
 
 
 @router.get(SERVICES, deprecated=True)
-def list_services(request: Request, limit: Limit = 20, cursor: Cursor = None) -> Response:
-    return _deprecated(LISTINGS, lambda: _listings_page(request, limit, cursor))
+def list_services(
+    request: Request, limit: Limit = 20, cursor: Cursor = None, q: Search = ""
+) -> Response:
+    return _deprecated(LISTINGS, lambda: _listings_page(request, limit, cursor, q))
 
 
 @router.get(SERVICES + "/{service_code}", deprecated=True)

@@ -12,9 +12,10 @@ from starlette.responses import Response
 from mercato.artifacts import flows as artifact_flows
 from mercato.cases import flows as case_flows
 from mercato.cases.schemas import Category
+from mercato.catalog import search
 from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionNotFound
-from mercato.catalog.models import Listing, Version
+from mercato.catalog.models import Version
 from mercato.catalog.schemas import ContractDocument
 from mercato.core.errors import MercatoError
 from mercato.invocations import flows as invoke_flows
@@ -34,19 +35,21 @@ from mercato.web.pages.common import (
 
 router = APIRouter(include_in_schema=False)
 
-SEARCH_SCAN_LIMIT = 500
-
-
-def _matches(listing: Listing, query: str) -> bool:
-    text = f"{listing.service_code} {listing.display_name} {listing.description}".lower()
-    return all(word in text for word in query.lower().split())
+PAGE_SIZE = 50
 
 
 @router.get("/")
-def catalog_page(request: Request, q: str = "") -> Response:
-    runtime = runtime_of(request)
-    with runtime.db.read() as session:
-        page, more = catalog.public_listings(session, limit=SEARCH_SCAN_LIMIT)
+def catalog_page(request: Request, q: str = "", cursor: str = "") -> Response:
+    """Public listings, searched in the database with the API's rule (`catalog.search`)."""
+    try:
+        terms = search.search_terms(q)
+        after = search.cursor_after(cursor, terms, check_code=catalog.check_service_code)
+    except MercatoError as error:
+        return render(
+            request, "catalog.html", status=400, title="Catalog", items=[], q=q, error=error.message
+        )
+    with runtime_of(request).db.read() as session:
+        page, more = catalog.public_listings(session, limit=PAGE_SIZE, after=after, terms=terms)
         items = [
             {
                 "service_code": listing.service_code,
@@ -55,9 +58,11 @@ def catalog_page(request: Request, q: str = "") -> Response:
                 "versions": [(v.label, v.price) for v in versions],
             }
             for listing, versions in page
-            if not q.strip() or _matches(listing, q)
         ]
-    return render(request, "catalog.html", title="Catalog", items=items, q=q, more=more)
+    next_cursor = search.next_cursor(page[-1][0].service_code, terms) if more and page else ""
+    return render(
+        request, "catalog.html", title="Catalog", items=items, q=q, next_cursor=next_cursor
+    )
 
 
 def _pretty(value: Any) -> str:
