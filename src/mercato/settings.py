@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
     trusted_proxies: str = "127.0.0.1,::1"
 
+    # Points granted once to each account made on the web sign-up page (0: none).
+    signup_points: int = Field(default=0, ge=0, le=10**15)
+
     default_quota_policy: str = "standard"
     default_quota_limit: int = Field(default=60, ge=1)
     default_quota_window_seconds: int = Field(default=60, ge=1)

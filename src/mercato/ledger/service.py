@@ -71,7 +71,8 @@ MAX_AMOUNT = 10**15
 """Far above any real price or grant; keeps every sum far inside BIGINT."""
 
 _REFERENCE_MAX = 100
-_MEMO_MAX = 200
+MEMO_MAX = 200
+"""Longest memo a transfer keeps (a grant's reason)."""
 
 _ACCOUNTS = cast(Table, LedgerAccount.__table__)
 _TRANSFERS = cast(Table, LedgerTransfer.__table__)
@@ -433,8 +434,8 @@ def _check_amount(amount: object) -> None:
 
 
 def _check_memo(memo: str) -> None:
-    if len(memo) > _MEMO_MAX:
-        raise InvalidLedgerInput(f"memo must be at most {_MEMO_MAX} characters")
+    if len(memo) > MEMO_MAX:
+        raise InvalidLedgerInput(f"memo must be at most {MEMO_MAX} characters")
 
 
 def _info(row: Row[Any]) -> ReservationInfo:

@@ -214,11 +214,12 @@ def test_staff_grant_points_errors_and_success(
     world: World, staff: Browser, people: dict[str, str]
 ) -> None:
     staff.get("/staff")
-    unknown = staff.post("/staff/grants", {"email": "nobody@example.com", "amount": "5"})
-    assert unknown.status_code == 400 and field_error(unknown, "email")
-    not_a_number = staff.post("/staff/grants", {"email": PERSON, "amount": "lots"})
-    assert not_a_number.status_code == 400 and field_error(not_a_number, "amount")
-    granted = staff.post("/staff/grants", {"email": PERSON, "amount": "25"})
+    why = {"grant_reason": "welcome"}
+    unknown = staff.post("/staff/grants", {"email": "nobody@example.com", "amount": "5", **why})
+    assert unknown.status_code == 422 and field_error(unknown, "email")
+    not_a_number = staff.post("/staff/grants", {"email": PERSON, "amount": "lots", **why})
+    assert not_a_number.status_code == 422 and field_error(not_a_number, "amount")
+    granted = staff.post("/staff/grants", {"email": PERSON, "amount": "25", **why})
     assert granted.status_code == 303
     with world.runtime.db.read() as session:
         assert ledger.balances(session, account_id=people[PERSON]).available == 125

@@ -9,6 +9,7 @@ from mercato.accounts import flows as account_flows
 from mercato.accounts import service as accounts
 from mercato.accounts.errors import AccountExists, InvalidEmail, InvalidPassword
 from mercato.core.errors import MercatoError, RateLimited, Unauthenticated
+from mercato.ledger import service as ledger
 from mercato.web.deps import runtime_of
 from mercato.web.pages.common import (
     ACCESS_COOKIE,
@@ -25,6 +26,8 @@ from mercato.web.pages.common import (
 )
 
 router = APIRouter(include_in_schema=False)
+
+SIGNUP_MEMO = "sign-up"
 
 
 @router.get("/signup")
@@ -47,6 +50,14 @@ def signup(request: Request, form: Form) -> Response:
                 account = accounts.create_account(
                     session, email=email, password=password, is_staff=False, now=runtime.clock.now()
                 )
+                if runtime.settings.signup_points:
+                    ledger.grant(
+                        session,
+                        account_id=account.id,
+                        amount=runtime.settings.signup_points,
+                        now=runtime.clock.now(),
+                        memo=SIGNUP_MEMO,
+                    )
                 tokens = accounts.start_session(
                     session,
                     account_id=account.id,

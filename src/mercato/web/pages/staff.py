@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -34,6 +35,8 @@ from mercato.web.pages.common import (
 from mercato.web.pages.provider import connection_context
 
 router = APIRouter(include_in_schema=False)
+
+_WHOLE = re.compile(r"[0-9]{1,16}")
 
 
 def _console(request: Request) -> dict[str, Any]:
@@ -79,11 +82,13 @@ def console(request: Request, _user: Staff) -> Response:
     return render(request, "staff.html", title="Staff console", **_console(request))
 
 
-def _console_error(request: Request, errors: dict[str, str], values: dict[str, str]) -> Response:
+def _console_error(
+    request: Request, errors: dict[str, str], values: dict[str, str], *, status: int = 400
+) -> Response:
     return render(
         request,
         "staff.html",
-        status=400,
+        status=status,
         title="Staff console",
         errors=errors,
         values=values,
@@ -339,24 +344,34 @@ def release_hold(request: Request, hold_id: str, user: Staff, _form: Form) -> Re
 
 @router.post("/staff/grants")
 def grant(request: Request, _user: Staff, form: Form) -> Response:
+    """Grant points to an account by email, with a reason kept on the ledger transfer."""
     runtime = runtime_of(request)
     email, amount_text = text_of(form, "email").strip(), text_of(form, "amount").strip()
-    values = {"email": email, "amount": amount_text}
-    try:
-        amount = int(amount_text)
-    except ValueError:
-        return _console_error(request, {"amount": "A whole number of points."}, values)
+    reason = text_of(form, "grant_reason").strip()
+    values = {"email": email, "amount": amount_text, "grant_reason": reason}
+    errors = _grant_errors(amount_text, reason)
+    if errors:
+        return _console_error(request, errors, values, status=422)
     try:
         with runtime.db.transaction() as session:
             account = accounts.get_account_by_email(session, email=email)
             ledger.grant(
                 session,
                 account_id=account.id,
-                amount=amount,
+                amount=int(amount_text),
                 now=runtime.clock.now(),
-                memo="granted by staff",
+                memo=reason,
             )
     except MercatoError as error:
         key = "email" if "ccount" in error.message else "amount"
-        return _console_error(request, {key: error.message}, values)
+        return _console_error(request, {key: error.message}, values, status=422)
     return redirect(request, "/staff", notice="granted")
+
+
+def _grant_errors(amount_text: str, reason: str) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if not _WHOLE.fullmatch(amount_text) or not 0 < int(amount_text) <= ledger.MAX_AMOUNT:
+        errors["amount"] = f"A whole number of points from 1 to {ledger.MAX_AMOUNT}."
+    if not 0 < len(reason) <= ledger.MEMO_MAX:
+        errors["grant_reason"] = f"Say why (1-{ledger.MEMO_MAX} characters)."
+    return errors
