@@ -361,9 +361,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         answers=(
             Answer(
                 200,
-                "The whole artifact, re-verified against its digest.",
+                "The whole artifact, re-verified against its digest; `Content-Disposition` names "
+                "it `<artifactId>.<extension>` from its media type (decision 0232).",
                 media_type="application/octet-stream",
-                headers=("ETag",),
+                headers=("ETag", "Content-Disposition"),
                 binary=True,
             ),
         ),

@@ -39,7 +39,7 @@ def test_receipt_shows_thumbnails_served_by_the_platform(
     assert image.headers["content-type"] == "image/png"
     assert image.headers["etag"] == f'"{hashlib.sha256(PNG).hexdigest()}"'
     download = person.get(url + "?download=1")
-    assert download.headers["content-disposition"] == 'attachment; filename="thumb-1"'
+    assert download.headers["content-disposition"] == 'attachment; filename="thumb-1.png"'
 
     assert person.get(url, headers={"Range": "bytes=0-3"}).status_code == 416
     assert other.get(url).status_code == 404  # another account's call does not exist for them

@@ -15,6 +15,7 @@ from mercato.invocations import service as invocations
 from mercato.providers import service as providers
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import current_principal, runtime_of
+from mercato.web.downloads import attachment
 
 router = APIRouter()
 
@@ -57,6 +58,7 @@ def download_artifact(
         content=data,
         headers={
             "Content-Type": entry.media_type,
+            "Content-Disposition": attachment(entry.artifact_id, entry.media_type),
             "ETag": f'"{entry.digest}"',
             "Accept-Ranges": "none",
             "Cache-Control": "private",

@@ -19,6 +19,7 @@ from mercato.invocations.schemas import public_status
 from mercato.providers import service as providers
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
+from mercato.web.downloads import attachment
 from mercato.web.pages.common import (
     Form,
     User,
@@ -115,7 +116,9 @@ def artifact(request: Request, invocation_id: str, artifact_id: str, user: User)
         "Content-Security-Policy": "default-src 'none'; sandbox",
     }
     if request.query_params.get("download"):
-        headers["Content-Disposition"] = f'attachment; filename="{artifact_id}"'
+        headers["Content-Disposition"] = attachment(
+            stored.entry.artifact_id, stored.entry.media_type
+        )
     return finish(request, Response(content=data, headers=headers))
 
 
