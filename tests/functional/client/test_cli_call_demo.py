@@ -77,7 +77,9 @@ def test_mercato_call_with_a_key_is_one_charge_failures_are_one_line_and_catalog
 
         first = call(demo, "call", SERVICE, "v1", "--input", str(source), "--key", "k-1", stdin="")
         again = call(demo, "call", SERVICE, "v1", "--input", "-", "--key", "k-1", stdin=payload)
-        failed = call(demo, "call", SERVICE, "v1", "--input", "-", stdin='{"chart": "nope"}')
+        unknown = '{"chart": "manga", "snapshotId": "no-such-snapshot"}'
+        failed = call(demo, "call", SERVICE, "v1", "--input", "-", stdin=unknown)
+        refused = call(demo, "call", SERVICE, "v1", "--input", "-", stdin='{"chart": "nope"}')
 
         after = client.balance().available
 
@@ -86,7 +88,11 @@ def test_mercato_call_with_a_key_is_one_charge_failures_are_one_line_and_catalog
     assert before - after == 10  # the replay under the same key spent nothing
     assert failed.returncode == 1 and failed.stdout == ""
     (line,) = failed.stderr.splitlines()
-    assert line.startswith("error: PROVIDER_DEFINED_FAILURE: ") and "INVALID_CHART" in line
+    assert line.startswith("error: PROVIDER_DEFINED_FAILURE: ") and "UNKNOWN_SNAPSHOT" in line
+    # A chart the contract does not allow never reaches the provider (decision 0205).
+    assert refused.returncode == 1 and refused.stdout == ""
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("error: REQUEST_SCHEMA_VIOLATION: ")
 
     text = call(demo, "catalog", "--url", demo["url"], stdin="")
     as_json = call(demo, "catalog", "--json", stdin="")
