@@ -60,6 +60,7 @@ def test_a_caller_calls_sees_thumbnails_manages_keys_and_gets_a_refund(
     staff.goto(f"{base}/staff")
     staff.get_by_label("Account email").fill(CALLER)
     staff.get_by_label("Points").fill("100")
+    staff.get_by_label("Reason for the grant").fill("welcome points")
     staff.get_by_role("button", name="Grant").click()
     staff.get_by_text("Points granted.").wait_for()
 
