@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
+import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpcore
 import pytest
 
-from builders.listeners import Listener, listener, respond
+from builders.listeners import Listener, listener, read_request, respond
 from mercato.dispatch.client import ProviderClient
 from mercato.dispatch.guard import BlockedAddress, forbidden_reason, resolve_checked
 from mercato.providers.addresses import check_base_url
@@ -117,15 +120,44 @@ def _target(url: str) -> DispatchTarget:
     )
 
 
+@dataclass
+class Sentinel:
+    """A loopback listener that keeps the request heads it was sent. Its tests ask only for
+    their own path: a stray probe from a parallel test that reuses the port proves nothing."""
+
+    listener: Listener
+    heads: list[bytes] = field(default_factory=list)
+    path: str = field(default_factory=lambda: f"/guard-probe-{uuid.uuid4().hex}")
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
+
+    @property
+    def url(self) -> str:
+        return self.listener.url
+
+    def heard(self) -> int:
+        """How many requests for this sentinel's own path arrived."""
+        line = f"GET {self.path} ".encode()
+        return sum(1 for head in list(self.heads) if head.startswith(line))
+
+
 @pytest.fixture
-def sentinel() -> Iterator[Listener]:
-    with listener(respond(OK_RESPONSE)) as running:
-        yield running
+def sentinel() -> Iterator[Sentinel]:
+    heads: list[bytes] = []
+
+    def script(conn: socket.socket, _listener: Listener) -> None:
+        heads.append(read_request(conn))  # recorded before the answer is sent
+        conn.sendall(OK_RESPONSE)
+
+    with listener(script) as running:
+        yield Sentinel(running, heads)
 
 
 @pytest.mark.parametrize("address", [a for a, _ in FORBIDDEN])
 def test_injected_resolver_answer_is_refused_and_nothing_connects(
-    tmp_path: Path, sentinel: Listener, address: str
+    tmp_path: Path, sentinel: Sentinel, address: str
 ) -> None:
     calls: list[tuple[str, int]] = []
 
@@ -136,14 +168,14 @@ def test_injected_resolver_answer_is_refused_and_nothing_connects(
     with ProviderClient(_settings(tmp_path, allow_private=False), resolver=resolver) as client:
         answer = client.get(
             _target(f"http://provider.example:{sentinel.port}"),
-            "/health/live",
+            sentinel.path,
             with_credential=False,
             max_bytes=1024,
         )
     assert answer.error == "blocked_address"
     assert answer.status is None
     assert calls == [("provider.example", sentinel.port)]
-    assert sentinel.count() == 0
+    assert sentinel.heard() == 0
 
 
 @pytest.mark.parametrize(
@@ -151,29 +183,29 @@ def test_injected_resolver_answer_is_refused_and_nothing_connects(
     ["127.0.0.1", "localhost", "127.1", "2130706433", "0x7f.1", "0177.0.0.1", "[::ffff:127.0.0.1]"],
 )
 def test_real_loopback_listener_sees_no_connection_when_private_is_not_allowed(
-    tmp_path: Path, sentinel: Listener, host: str
+    tmp_path: Path, sentinel: Sentinel, host: str
 ) -> None:
     with ProviderClient(_settings(tmp_path, allow_private=False)) as client:
         answer = client.get(
             _target(f"http://{host}:{sentinel.port}"),
-            "/health/live",
+            sentinel.path,
             with_credential=False,
             max_bytes=1024,
         )
     assert answer.error == "blocked_address"
     assert answer.status is None
-    assert sentinel.count() == 0
+    assert sentinel.heard() == 0
 
 
 def test_the_same_listener_is_reached_when_private_addresses_are_allowed(
-    tmp_path: Path, sentinel: Listener
+    tmp_path: Path, sentinel: Sentinel
 ) -> None:
     with ProviderClient(_settings(tmp_path, allow_private=True)) as client:
         answer = client.get(
-            _target(sentinel.url), "/health/live", with_credential=False, max_bytes=1024
+            _target(sentinel.url), sentinel.path, with_credential=False, max_bytes=1024
         )
     assert (answer.status, answer.error) == (200, None)
-    assert sentinel.count() == 1
+    assert sentinel.heard() == 1
 
 
 class _PublicHostsAreTheListener(httpcore.NetworkBackend):
@@ -199,7 +231,7 @@ def _client_with_internet(
     return ProviderClient(settings, transport=transport)
 
 
-def test_dns_rebinding_cannot_move_a_checked_connection(tmp_path: Path, sentinel: Listener) -> None:
+def test_dns_rebinding_cannot_move_a_checked_connection(tmp_path: Path, sentinel: Sentinel) -> None:
     answers = iter([["93.184.216.34"], ["127.0.0.1"], ["127.0.0.1"]])
     resolved: list[str] = []
 
@@ -212,29 +244,29 @@ def test_dns_rebinding_cannot_move_a_checked_connection(tmp_path: Path, sentinel
     settings = _settings(tmp_path, allow_private=False)
     with _client_with_internet(settings, rebinding, internet) as client:
         first = client.get(
-            _target("http://rebind.example"), "/health/live", with_credential=False, max_bytes=64
+            _target("http://rebind.example"), sentinel.path, with_credential=False, max_bytes=64
         )
     # One resolution per connection; the socket went to the address that was checked.
     assert (first.status, first.error) == (200, None)
     assert resolved == ["93.184.216.34"]
     assert internet.dialled == ["93.184.216.34"]
-    assert sentinel.count() == 1
+    assert sentinel.heard() == 1
 
     # The name now rebinds to loopback: the next connection is refused before any dial.
     with _client_with_internet(settings, rebinding, internet) as client:
         second = client.get(
-            _target("http://rebind.example"), "/health/live", with_credential=False, max_bytes=64
+            _target("http://rebind.example"), sentinel.path, with_credential=False, max_bytes=64
         )
     assert second.error == "blocked_address"
     assert internet.dialled == ["93.184.216.34"]
-    assert sentinel.count() == 1
+    assert sentinel.heard() == 1
 
 
 def test_a_public_host_redirecting_to_a_private_one_is_not_followed(
-    tmp_path: Path, sentinel: Listener
+    tmp_path: Path, sentinel: Sentinel
 ) -> None:
     redirect = (
-        f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{sentinel.port}/\r\n"
+        f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{sentinel.port}{sentinel.path}\r\n"
         "Content-Length: 0\r\nConnection: close\r\n\r\n"
     ).encode()
     with listener(respond(redirect)) as public_host:
@@ -246,4 +278,4 @@ def test_a_public_host_redirecting_to_a_private_one_is_not_followed(
             )
         assert (answer.status, answer.error) == (302, "redirect")
         assert public_host.count() == 1
-    assert sentinel.count() == 0
+    assert sentinel.heard() == 0
