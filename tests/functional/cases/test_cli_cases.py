@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +12,8 @@ import pytest
 from builders.cases import CaseWorld, add_people
 from builders.invocation_world import build_world
 from builders.invocations import scripted_provider
+from builders.platform_process import mercato as run_mercato
+from builders.platform_process import platform_env
 
 pytestmark = pytest.mark.functional
 
@@ -28,21 +28,8 @@ def cw(db_url: str, tmp_path: Path) -> Iterator[CaseWorld]:
 
 
 def mercato(cw: CaseWorld, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    settings = cw.world.runtime.settings
-    env = {
-        **os.environ,
-        "MERCATO_ENV": "dev",
-        "MERCATO_DATABASE_URL": settings.database_url,
-        "MERCATO_DATA_DIR": str(tmp_path / "cli-data"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "mercato", "admin", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = platform_env(cw.world.runtime.settings.database_url, tmp_path / "cli-data")
+    return run_mercato("admin", *args, env=env, timeout=120)
 
 
 def test_decide_dispute_approve_refunds_and_a_second_decision_fails(

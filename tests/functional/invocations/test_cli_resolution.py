@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +11,8 @@ import pytest
 
 from builders.invocation_world import World, running_world
 from builders.invocations import scripted_provider, unknown
+from builders.platform_process import mercato as run_mercato
+from builders.platform_process import platform_env
 from mercato.worker import loops
 
 pytestmark = pytest.mark.functional
@@ -28,20 +28,8 @@ def world(db_url: str, tmp_path: Path) -> Iterator[World]:
 
 
 def mercato(world: World, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "MERCATO_ENV": "dev",
-        "MERCATO_DATABASE_URL": world.runtime.settings.database_url,
-        "MERCATO_DATA_DIR": str(tmp_path / "cli-data"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "mercato", "admin", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = platform_env(world.runtime.settings.database_url, tmp_path / "cli-data")
+    return run_mercato("admin", *args, env=env, timeout=120)
 
 
 def _stuck_call(world: World) -> str:
