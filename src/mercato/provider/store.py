@@ -7,9 +7,11 @@ it is sent. A unique key decides which of several concurrent requests runs the h
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,56 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import (
-    CheckConstraint,
-    Column,
-    Connection,
-    DateTime,
-    Engine,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    bindparam,
-    create_engine,
-    event,
-    make_url,
-    select,
-    update,
-)
-from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
-from sqlalchemy.pool import QueuePool
-
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH, Envelope
 
-_metadata = MetaData(
-    naming_convention={
-        "pk": "pk_%(table_name)s",
-        "ck": "ck_%(table_name)s_%(constraint_name)s",
-    }
-)
-
-records = Table(
-    "mercato_provider_idempotency",
-    _metadata,
-    Column("idempotency_key", String(IDEMPOTENCY_KEY_MAX_LENGTH), primary_key=True),
-    Column("fingerprint", String(64), nullable=False),
-    Column("payload", LargeBinary, nullable=False),
-    Column("correlation_id", String(64), nullable=False),
-    Column("state", String(16), nullable=False),
-    Column("outcome", String(32), nullable=True),
-    Column("http_status", Integer, nullable=True),
-    Column("body", LargeBinary, nullable=True),
-    Column("accepted_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True), nullable=True),
-    CheckConstraint("state IN ('ACCEPTED', 'FINAL')", name="state"),
-    CheckConstraint(
-        "(state = 'ACCEPTED' AND body IS NULL AND http_status IS NULL) OR "
-        "(state = 'FINAL' AND body IS NOT NULL AND http_status IS NOT NULL)",
-        name="final_has_body",
-    ),
-)
+TABLE = "mercato_provider_idempotency"
 
 
 class RecordState(enum.StrEnum):
@@ -74,22 +29,44 @@ class RecordState(enum.StrEnum):
     FINAL = "FINAL"
 
 
-# The statements of every call, built once (building one cost about as much as running it).
-_INSERT = records.insert()
-_FINISH = (
-    update(records)
-    .where(records.c.idempotency_key == bindparam("b_key"))
-    .where(records.c.state == RecordState.ACCEPTED.value)
-    .values(
-        state=RecordState.FINAL.value,
-        outcome=bindparam("b_outcome"),
-        http_status=bindparam("b_http_status"),
-        body=bindparam("b_body"),
-        correlation_id=bindparam("b_correlation_id"),
-        finished_at=bindparam("b_finished_at"),
-    )
+def _create_table(blob: str, timestamp: str) -> str:
+    """The table's DDL; the same columns and constraint names on both databases (decision 0040)."""
+    return f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+    idempotency_key VARCHAR({IDEMPOTENCY_KEY_MAX_LENGTH}) NOT NULL,
+    fingerprint VARCHAR(64) NOT NULL,
+    payload {blob} NOT NULL,
+    correlation_id VARCHAR(64) NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    outcome VARCHAR(32),
+    http_status INTEGER,
+    body {blob},
+    accepted_at {timestamp} NOT NULL,
+    finished_at {timestamp},
+    CONSTRAINT pk_{TABLE} PRIMARY KEY (idempotency_key),
+    CONSTRAINT ck_{TABLE}_state CHECK (state IN ('ACCEPTED', 'FINAL')),
+    CONSTRAINT ck_{TABLE}_final_has_body CHECK (
+        (state = 'ACCEPTED' AND body IS NULL AND http_status IS NULL)
+        OR (state = 'FINAL' AND body IS NOT NULL AND http_status IS NOT NULL))
+)"""
+
+
+# The statements of every call, literal, with `?` placeholders (PostgreSQL's driver gets `%s`).
+_INSERT = (
+    "INSERT INTO mercato_provider_idempotency (idempotency_key, fingerprint, payload, "
+    "correlation_id, state, accepted_at) VALUES (?, ?, ?, ?, 'ACCEPTED', ?)"
 )
-_GET = select(records).where(records.c.idempotency_key == bindparam("b_key"))
+_FINISH = (
+    "UPDATE mercato_provider_idempotency SET state = 'FINAL', outcome = ?, http_status = ?, "
+    "body = ?, correlation_id = ?, finished_at = ? "
+    "WHERE idempotency_key = ? AND state = 'ACCEPTED'"
+)
+_SELECT = (
+    "SELECT idempotency_key, fingerprint, payload, correlation_id, state, outcome, http_status, "
+    "body, accepted_at, finished_at FROM mercato_provider_idempotency "
+)
+_GET = _SELECT + "WHERE idempotency_key = ?"
+_LIST_ACCEPTED = _SELECT + "WHERE state = 'ACCEPTED' ORDER BY accepted_at, idempotency_key"
+_CHECK = "SELECT idempotency_key FROM mercato_provider_idempotency LIMIT 1"
 
 
 class StoreUnavailable(Exception):
@@ -161,72 +138,34 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(value: datetime | None) -> datetime | None:
+def _sqlite_time(value: datetime) -> str:
+    """UTC as `YYYY-MM-DD HH:MM:SS.ffffff`, the text form earlier store files hold (sorts)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _read_time(value: datetime | str | None) -> datetime | None:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value
 
 
-def _row_to_record(row: Any) -> StoredRecord:
-    accepted_at = _aware(row.accepted_at)
+def _row_to_record(row: tuple[Any, ...]) -> StoredRecord:
+    (key, fingerprint, payload, correlation_id, state, _outcome, http_status, body) = row[:8]
+    accepted_at = _read_time(row[8])
     assert accepted_at is not None
     return StoredRecord(
-        key=row.idempotency_key,
-        fingerprint=row.fingerprint,
-        payload=bytes(row.payload),
-        correlation_id=row.correlation_id,
-        state=RecordState(row.state),
+        key=key,
+        fingerprint=fingerprint,
+        payload=bytes(payload),
+        correlation_id=correlation_id,
+        state=RecordState(state),
         accepted_at=accepted_at,
-        http_status=row.http_status,
-        body=bytes(row.body) if row.body is not None else None,
-        finished_at=_aware(row.finished_at),
+        http_status=http_status,
+        body=bytes(body) if body is not None else None,
+        finished_at=_read_time(row[9]),
     )
-
-
-def _normalise_url(url: str) -> str:
-    if "://" not in url:
-        return f"sqlite:///{Path(url).resolve()}"
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
-
-
-def _sqlite_engine(path: Path) -> Engine:
-    """An engine that never creates the file: a vanished store must fail, not look empty.
-
-    Connections are pooled (opening one, with its PRAGMAs, cost more than the statements of a
-    call), so each checkout checks that the file it was opened on is still the store's file: a
-    pooled connection to a deleted file would otherwise go on reading and writing the unlinked
-    copy. A stale connection is dropped, and the fresh one the pool then opens fails on a
-    missing file (`mode=rw`) instead of creating an empty store.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sqlite3.connect(path).close()  # create once, now, at construction
-
-    def connect() -> sqlite3.Connection:
-        uri = f"file:{path}?mode=rw"
-        return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
-
-    engine = create_engine(
-        "sqlite://", creator=connect, poolclass=QueuePool, pool_size=8, max_overflow=32
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, record: Any) -> None:
-        record.info["file"] = _identity(path)
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine, "checkout")
-    def _on_checkout(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        if _identity(path) != record.info.get("file"):
-            raise DisconnectionError("the store's file is gone or was replaced")
-
-    return engine
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -237,58 +176,256 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-class SqlIdempotencyStore:
-    """IdempotencyStore on SQLAlchemy: a SQLite file by default, PostgreSQL by URL.
+class _Backend:
+    """One database's connections: how to open, check, and talk to them (a DB-API 2 driver)."""
 
-    `url` is a SQLAlchemy URL (`sqlite:////abs/path.db`, `postgresql://…`) or a file path.
-    The table is created if it does not exist; it is the provider's own, not the platform's.
+    placeholder = "?"
+    integrity_error: type[Exception] = sqlite3.IntegrityError
+    errors: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
+
+    def connect(self) -> Any:
+        raise NotImplementedError
+
+    def usable(self, conn: Any) -> bool:
+        """Whether a pooled connection may serve another call."""
+        return True
+
+    def create_table(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def time(self, value: datetime) -> Any:
+        return value
+
+
+class _SqliteBackend(_Backend):
+    """A SQLite file that is never created after construction: a vanished store must fail,
+    not look empty (decision 0040).
+
+    Each pooled connection remembers the (device, inode) of the file it opened, and a checkout
+    drops a connection whose file is no longer the store path's file: a pooled connection to a
+    deleted file would otherwise go on reading and writing the unlinked copy (decision 0190).
+    The fresh connection then fails on a missing file (`mode=rw`).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(path).close()  # create once, now, at construction
+        self._files: dict[int, tuple[int, int] | None] = {}
+
+    def connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            f"file:{self.path}?mode=rw", uri=True, timeout=30, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=30000")
+        except BaseException:
+            conn.close()
+            raise
+        self._files[id(conn)] = _identity(self.path)
+        return conn
+
+    def usable(self, conn: Any) -> bool:
+        return self._files.get(id(conn)) == _identity(self.path)
+
+    def forget(self, conn: Any) -> None:
+        self._files.pop(id(conn), None)
+
+    def create_table(self, conn: Any) -> None:
+        conn.execute(_create_table("BLOB", "DATETIME"))
+
+    def time(self, value: datetime) -> Any:
+        return _sqlite_time(value)
+
+
+class _PostgresBackend(_Backend):
+    """PostgreSQL through psycopg 3 (`pip install 'mercato-provider[postgres]'`)."""
+
+    placeholder = "%s"
+
+    def __init__(self, conninfo: str) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ValueError(
+                "a PostgreSQL store needs psycopg: pip install 'mercato-provider[postgres]'"
+            ) from exc
+        self._psycopg = psycopg
+        self.conninfo = conninfo
+        self.integrity_error = psycopg.IntegrityError
+        self.errors = (psycopg.Error, OSError)
+
+    def connect(self) -> Any:
+        return self._psycopg.connect(self.conninfo, connect_timeout=30)
+
+    def usable(self, conn: Any) -> bool:
+        """A ping before reuse: a server restart must not fail the next call (pre-ping)."""
+        if conn.closed:
+            return False
+        try:
+            conn.execute("SELECT 1")
+        except self.errors:
+            return False
+        return True
+
+    def create_table(self, conn: Any) -> None:
+        conn.execute(_create_table("BYTEA", "TIMESTAMP WITH TIME ZONE"))
+
+
+def _backend(url: str) -> _Backend:
+    """A file path, `sqlite:///relative.db`, `sqlite:////abs/path.db` or a PostgreSQL URL."""
+    if "://" not in url:
+        return _SqliteBackend(Path(url).resolve())
+    scheme, rest = url.split("://", 1)
+    if scheme == "sqlite":
+        database = rest[1:] if rest.startswith("/") else ""
+        if not database or database == ":memory:" or "?" in database:
+            raise ValueError("the idempotency store must be durable: give a SQLite file path")
+        return _SqliteBackend(Path(database).resolve())
+    if scheme in {"postgresql", "postgres", "postgresql+psycopg"}:
+        return _PostgresBackend(f"postgresql://{rest}")
+    raise ValueError(f"unsupported store URL scheme {scheme!r}: use a file path or postgresql://")
+
+
+class _Pool:
+    """Open connections kept for reuse: `size` idle at most, `size + overflow` in use at most."""
+
+    def __init__(self, backend: _Backend, *, size: int, overflow: int, timeout: float) -> None:
+        self.backend = backend
+        self.size = size
+        self.timeout = timeout
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(size + overflow)
+
+    def checkout(self) -> Any:
+        if not self._slots.acquire(timeout=self.timeout):
+            raise StoreUnavailable("no idempotency store connection free", nothing_written=True)
+        try:
+            while True:
+                with self._lock:
+                    conn = self._idle.pop() if self._idle else None
+                if conn is None:
+                    return self.backend.connect()
+                if self.backend.usable(conn):
+                    return conn
+                self._discard(conn)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def checkin(self, conn: Any, *, reuse: bool) -> None:
+        try:
+            if reuse:
+                with self._lock:
+                    if len(self._idle) < self.size:
+                        self._idle.append(conn)
+                        return
+            self._discard(conn)
+        finally:
+            self._slots.release()
+
+    def _discard(self, conn: Any) -> None:
+        forget = getattr(self.backend, "forget", None)
+        if forget is not None:
+            forget(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def dispose(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            self._discard(conn)
+
+
+class SqlIdempotencyStore:
+    """IdempotencyStore on the standard library's sqlite3 (a file by default) or, by URL, on
+    PostgreSQL through psycopg: no ORM, so the provider SDK installs light (decision 0281).
+
+    `url` is a file path, `sqlite:////abs/path.db`, or `postgresql://…`. The table is created
+    if it does not exist; it is the provider's own, not the platform's. Connections are pooled
+    (decision 0190): 8 kept, 40 in use at most.
     """
 
     def __init__(self, url: str) -> None:
-        url = _normalise_url(url)
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite":
-            if not parsed.database or parsed.database == ":memory:":
-                raise ValueError("the idempotency store must be durable: give a SQLite file path")
-            self.engine = _sqlite_engine(Path(parsed.database))
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-        _metadata.create_all(self.engine)
+        self._backend = _backend(url)
+        self._sql = {
+            name: statement.replace("?", self._backend.placeholder)
+            for name, statement in {
+                "insert": _INSERT,
+                "finish": _FINISH,
+                "get": _GET,
+                "list": _LIST_ACCEPTED,
+                "check": _CHECK,
+            }.items()
+        }
+        self._pool = _Pool(self._backend, size=8, overflow=32, timeout=30)
+        try:
+            with self._connect() as conn:
+                self._backend.create_table(conn)
+                self._commit(conn)
+        except self._backend.integrity_error:
+            pass  # another replica created the table at the same moment; it exists
 
     def close(self) -> None:
-        """Release pooled connections."""
-        self.engine.dispose()
+        """Release pooled connections (the store stays usable and reconnects on demand)."""
+        self._pool.dispose()
 
     @contextmanager
-    def _connect(self, nothing_written: bool = True) -> Iterator[Connection]:
+    def _connect(self, nothing_written: bool = True) -> Iterator[Any]:
+        errors = self._backend.errors
         try:
-            with self.engine.connect() as conn:
-                yield conn
-        except IntegrityError:
+            conn = self._pool.checkout()
+        except errors as exc:
+            raise StoreUnavailable(
+                f"idempotency store unavailable: {type(exc).__name__}", nothing_written=True
+            ) from exc
+        reuse = False
+        try:
+            yield conn
+            reuse = True
+        except self._backend.integrity_error:
+            reuse = self._rollback(conn)
             raise
-        except (SQLAlchemyError, OSError) as exc:
+        except StoreUnavailable:
+            raise
+        except errors as exc:
             raise StoreUnavailable(
                 f"idempotency store unavailable: {type(exc).__name__}",
                 nothing_written=nothing_written,
             ) from exc
+        finally:
+            self._pool.checkin(conn, reuse=reuse)
+
+    def _rollback(self, conn: Any) -> bool:
+        try:
+            conn.rollback()
+        except self._backend.errors:
+            return False
+        return True
+
+    def _commit(self, conn: Any) -> None:
+        """Commit; a failure during COMMIT itself may or may not have written."""
+        try:
+            conn.commit()
+        except self._backend.integrity_error:
+            raise
+        except self._backend.errors as exc:
+            raise StoreUnavailable("commit outcome unknown", nothing_written=False) from exc
 
     def accept(
         self, *, key: str, fingerprint: str, payload: bytes, correlation_id: str
     ) -> tuple[StoredRecord, bool]:
         accepted_at = _now()
-        values: dict[str, Any] = {
-            "idempotency_key": key,
-            "fingerprint": fingerprint,
-            "payload": payload,
-            "correlation_id": correlation_id,
-            "state": RecordState.ACCEPTED.value,
-            "accepted_at": accepted_at,
-        }
+        values = (key, fingerprint, payload, correlation_id, self._backend.time(accepted_at))
         try:
             with self._connect() as conn:
-                conn.execute(_INSERT, values)
+                conn.execute(self._sql["insert"], values)
                 self._commit(conn)
-        except IntegrityError:
+        except self._backend.integrity_error:
             # The key is taken, so something was accepted: no failure here may claim otherwise.
             try:
                 existing = self.get(key)
@@ -307,30 +444,18 @@ class SqlIdempotencyStore:
         )
         return created, True
 
-    @staticmethod
-    def _commit(conn: Connection) -> None:
-        """Commit; a failure during COMMIT itself may or may not have written."""
-        try:
-            conn.commit()
-        except IntegrityError:
-            raise
-        except (SQLAlchemyError, OSError) as exc:
-            raise StoreUnavailable("commit outcome unknown", nothing_written=False) from exc
-
     def finish(self, *, key: str, envelope: Envelope) -> StoredRecord:
         body = encode_envelope(envelope)
+        values = (
+            envelope.outcome.value,
+            envelope.status,
+            body,
+            envelope.correlation_id,
+            self._backend.time(_now()),
+            key,
+        )
         with self._connect(nothing_written=False) as conn:
-            conn.execute(
-                _FINISH,
-                {
-                    "b_key": key,
-                    "b_outcome": envelope.outcome.value,
-                    "b_http_status": envelope.status,
-                    "b_body": body,
-                    "b_correlation_id": envelope.correlation_id,
-                    "b_finished_at": _now(),
-                },
-            )
+            conn.execute(self._sql["finish"], values)
             self._commit(conn)
         stored = self.get(key)
         if stored is None or not stored.is_final:
@@ -339,21 +464,17 @@ class SqlIdempotencyStore:
 
     def get(self, key: str) -> StoredRecord | None:
         with self._connect() as conn:
-            row = conn.execute(_GET, {"b_key": key}).one_or_none()
+            row = conn.execute(self._sql["get"], (key,)).fetchone()
             conn.rollback()
-        return None if row is None else _row_to_record(row)
+        return None if row is None else _row_to_record(tuple(row))
 
     def list_accepted(self) -> list[StoredRecord]:
         with self._connect() as conn:
-            rows = conn.execute(
-                select(records)
-                .where(records.c.state == RecordState.ACCEPTED.value)
-                .order_by(records.c.accepted_at, records.c.idempotency_key)
-            ).all()
+            rows = conn.execute(self._sql["list"]).fetchall()
             conn.rollback()
-        return [_row_to_record(row) for row in rows]
+        return [_row_to_record(tuple(row)) for row in rows]
 
     def check(self) -> None:
         with self._connect() as conn:
-            conn.execute(select(records.c.idempotency_key).limit(1)).all()
+            conn.execute(self._sql["check"]).fetchall()
             conn.rollback()

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL, CountingHandler
 from mercato.provider import SqlIdempotencyStore, create_provider_app
+from provider_sdk.support import AUTH, CREDENTIAL, CountingHandler
 
 KEYS = ["k0", "k1", "k2"]
 PAYLOADS = [{"a": 1}, {"a": 2}, {"fail": "NOPE"}]

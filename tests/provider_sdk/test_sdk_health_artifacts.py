@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL
 from mercato.provider import (
     Artifact,
     LocalBlobStore,
@@ -17,6 +16,7 @@ from mercato.provider import (
     Success,
     create_provider_app,
 )
+from provider_sdk.support import AUTH, CREDENTIAL
 
 
 @pytest.fixture

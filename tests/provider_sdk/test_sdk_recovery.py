@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL, CountingHandler
 from mercato.provider import SqlIdempotencyStore, create_provider_app, recover_accepted
+from provider_sdk.support import AUTH, CREDENTIAL, CountingHandler
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import uuid
 import httpx
 import pytest
 
-from builders.client import Script, Sleeps, pending, problem, receipt, settled
+from client_sdk.support import Script, Sleeps, pending, problem, receipt, settled
 from mercato.client import (
     IdempotencyKeyInUse,
     InvocationPending,

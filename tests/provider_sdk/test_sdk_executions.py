@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL, CountingHandler
 from mercato.protocol import Envelope
 from mercato.provider import (
     DefinedFailureError,
@@ -17,6 +16,7 @@ from mercato.provider import (
     Success,
     create_provider_app,
 )
+from provider_sdk.support import AUTH, CREDENTIAL, CountingHandler
 
 PATH = "/v1/executions"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from builders.client import Script, Sleeps, problem, receipt
+from client_sdk.support import Script, Sleeps, problem, receipt
 from mercato.client import (
     InsufficientPoints,
     ListingUnavailable,

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL, CountingHandler, drop_postgres_database
 from mercato.provider import SqlIdempotencyStore, create_provider_app
+from provider_sdk.support import AUTH, CREDENTIAL, CountingHandler, drop_postgres_database
 
 
 @pytest.fixture

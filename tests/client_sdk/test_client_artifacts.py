@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from builders.client import FailingStream, Script, Sleeps, problem, receipt
+from client_sdk.support import FailingStream, Script, Sleeps, problem, receipt
 from mercato.client import (
     ArtifactDigestMismatch,
     ArtifactEntry,

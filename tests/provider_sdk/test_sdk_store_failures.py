@@ -15,7 +15,6 @@ from typing import Any, Literal, TypeVar
 import pytest
 from starlette.testclient import TestClient
 
-from builders.provider import AUTH, CREDENTIAL, CountingHandler
 from mercato.protocol import Envelope
 from mercato.provider import (
     SqlIdempotencyStore,
@@ -23,6 +22,7 @@ from mercato.provider import (
     StoreUnavailable,
     create_provider_app,
 )
+from provider_sdk.support import AUTH, CREDENTIAL, CountingHandler
 
 T = TypeVar("T")
 KEY = "mercato:inv_0001"

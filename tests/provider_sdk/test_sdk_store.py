@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from builders.provider import drop_postgres_database
 from mercato.protocol import Envelope, Outcome
 from mercato.provider import IdempotencyStore, SqlIdempotencyStore, StoreUnavailable
+from provider_sdk.support import drop_postgres_database
 
 
 def _accept(store: SqlIdempotencyStore, key: str = "k1", fingerprint: str = "f" * 64):
