@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from mercato.protocol import Envelope, Outcome
 from mercato.provider import IdempotencyStore, SqlIdempotencyStore, StoreUnavailable
-from provider_sdk.support import drop_postgres_database
+from provider_sdk.support import PG_ADMIN_URL, drop_postgres_database
 
 
 def _accept(store: SqlIdempotencyStore, key: str = "k1", fingerprint: str = "f" * 64):
@@ -133,3 +135,50 @@ def test_taken_key_that_cannot_be_read_is_never_reported_as_nothing_written(stor
         assert not info.value.nothing_written
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("url", ["mysql://h/db", "sqlite://", "sqlite:///store.db?mode=ro"])
+def test_an_unusable_store_url_is_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        SqlIdempotencyStore(url)
+
+
+def test_a_postgresql_store_without_psycopg_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ValueError, match=r"mercato-provider\[postgres\]"):
+        SqlIdempotencyStore("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_pooled_postgresql_connections_survive_a_server_side_disconnect(
+    _sdk_postgres: str,
+) -> None:
+    """A pooled connection the server dropped (a restart, an idle timeout) is replaced at
+    checkout, not handed to the next call (the ping SQLAlchemy's pool_pre_ping used to do)."""
+    import psycopg
+
+    url = _sdk_postgres.replace("postgresql+psycopg://", "postgres://")  # the short scheme too
+    store = SqlIdempotencyStore(url)
+    try:
+        _accept(store, key="before")
+        name = url.rsplit("/", 1)[1]
+        admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            ended = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchall()
+        assert ended, "the store kept no connection to drop"
+        record = store.get("before")
+        assert record is not None and record.key == "before"
+        assert _accept(store, key="after")[1] is True
+    finally:
+        store.close()
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(url.replace("postgres://", "postgresql://")) as conn,
+        ):
+            conn.execute("DROP TABLE IF EXISTS mercato_provider_idempotency")
+            conn.commit()
