@@ -182,3 +182,25 @@ def test_pooled_postgresql_connections_survive_a_server_side_disconnect(
         ):
             conn.execute("DROP TABLE IF EXISTS mercato_provider_idempotency")
             conn.commit()
+
+
+def test_an_exhausted_pool_is_unavailable_and_says_what_it_wrote(tmp_path: Path) -> None:
+    """Every connection in use: the accepted marker provably wrote nothing, the final outcome's
+    write claims nothing (as when the database itself cannot be reached)."""
+    store = SqlIdempotencyStore(str(tmp_path / "store.db"))
+    _accept(store)
+    pool = store._pool
+    held = [pool.checkout() for _ in range(8 + 32)]
+    pool.timeout = 0  # no free slot will come: fail at once instead of after 30 s
+    try:
+        with pytest.raises(StoreUnavailable) as accepting:
+            _accept(store, key="k2")
+        assert accepting.value.nothing_written
+        with pytest.raises(StoreUnavailable) as finishing:
+            store.finish(key="k1", envelope=Envelope(Outcome.SUCCEEDED, "c1", result={}))
+        assert not finishing.value.nothing_written
+    finally:
+        for conn in held:
+            pool.checkin(conn, reuse=True)
+    assert store.get("k2") is None and not store.get("k1").is_final
+    store.close()

@@ -180,6 +180,7 @@ class _Backend:
     """One database's connections: how to open, check, and talk to them (a DB-API 2 driver)."""
 
     placeholder = "?"
+    pool_size, pool_overflow = 8, 32  # decision 0190; handlers run on a thread pool
     integrity_error: type[Exception] = sqlite3.IntegrityError
     errors: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
 
@@ -244,6 +245,7 @@ class _PostgresBackend(_Backend):
     """PostgreSQL through psycopg 3 (`pip install 'mercato-provider[postgres]'`)."""
 
     placeholder = "%s"
+    pool_size, pool_overflow = 10, 20  # a share of the server's connection limit per replica
 
     def __init__(self, conninfo: str) -> None:
         try:
@@ -289,6 +291,10 @@ def _backend(url: str) -> _Backend:
     raise ValueError(f"unsupported store URL scheme {scheme!r}: use a file path or postgresql://")
 
 
+class _PoolTimeout(Exception):
+    """No connection came free within the pool's timeout."""
+
+
 class _Pool:
     """Open connections kept for reuse: `size` idle at most, `size + overflow` in use at most."""
 
@@ -302,7 +308,7 @@ class _Pool:
 
     def checkout(self) -> Any:
         if not self._slots.acquire(timeout=self.timeout):
-            raise StoreUnavailable("no idempotency store connection free", nothing_written=True)
+            raise _PoolTimeout("no idempotency store connection free")
         try:
             while True:
                 with self._lock:
@@ -347,7 +353,7 @@ class SqlIdempotencyStore:
 
     `url` is a file path, `sqlite:////abs/path.db`, or `postgresql://…`. The table is created
     if it does not exist; it is the provider's own, not the platform's. Connections are pooled
-    (decision 0190): 8 kept, 40 in use at most.
+    (decision 0190): on SQLite 8 kept and 40 in use at most, on PostgreSQL 10 and 30.
     """
 
     def __init__(self, url: str) -> None:
@@ -362,7 +368,12 @@ class SqlIdempotencyStore:
                 "check": _CHECK,
             }.items()
         }
-        self._pool = _Pool(self._backend, size=8, overflow=32, timeout=30)
+        self._pool = _Pool(
+            self._backend,
+            size=self._backend.pool_size,
+            overflow=self._backend.pool_overflow,
+            timeout=30,
+        )
         try:
             with self._connect() as conn:
                 self._backend.create_table(conn)
@@ -377,11 +388,13 @@ class SqlIdempotencyStore:
     @contextmanager
     def _connect(self, nothing_written: bool = True) -> Iterator[Any]:
         errors = self._backend.errors
+        unavailable: tuple[type[Exception], ...] = (_PoolTimeout, *errors)
         try:
             conn = self._pool.checkout()
-        except errors as exc:
+        except unavailable as exc:
             raise StoreUnavailable(
-                f"idempotency store unavailable: {type(exc).__name__}", nothing_written=True
+                f"idempotency store unavailable: {type(exc).__name__}",
+                nothing_written=nothing_written,
             ) from exc
         reuse = False
         try:
