@@ -250,7 +250,7 @@ class _PostgresBackend(_Backend):
     def __init__(self, conninfo: str) -> None:
         try:
             import psycopg
-        except ImportError as exc:  # pragma: no cover - depends on the installation
+        except ImportError as exc:
             raise ValueError(
                 "a PostgreSQL store needs psycopg: pip install 'mercato-provider[postgres]'"
             ) from exc
