@@ -145,6 +145,22 @@ def _log_in(url: str, login: dict[str, str]) -> dict[str, Any] | None:
     return found
 
 
+def _sign_up_on_the_web(url: str, email: str, password: str) -> int:
+    """Sign up through the web page (with its CSRF token); the new account's points."""
+    with httpx.Client(base_url=url, timeout=30) as browser:
+        page = browser.get("/signup")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert token, page.text[:500]
+        form = {"csrf_token": token.group(1), "email": email, "password": password}
+        done = browser.post("/signup", data=form)
+        assert done.status_code == 303, done.text[:500]
+    login = httpx.post(f"{url}/v1/auth/login", json={"email": email, "password": password})
+    token_of = login.json()["accessToken"]
+    balance = httpx.get(f"{url}/v1/balance", headers={"Authorization": f"Bearer {token_of}"})
+    available: int = balance.json()["available"]
+    return available
+
+
 def _check_logins(info: dict[str, Any]) -> None:
     """The printed caller, provider and staff logins work on the web address printed."""
     assert info["web"] == info["url"] + "/"
@@ -179,6 +195,7 @@ def test_mercato_up_serves_the_example_and_a_second_run_reuses_the_data(
     assert listing.status_code == 200, listing.text
     _check_logins(info)
     assert info["signupPoints"] == 100  # the demo sets MERCATO_SIGNUP_POINTS
+    assert _sign_up_on_the_web(info["url"], "newcomer@example.com", "a long passphrase") == 100
 
     # Each chart with a cap; every thumbnail through the platform's artifact endpoint.
     results = {chart: _check_chart(caller, chart, sample) for chart in ("overall", "illust")}
