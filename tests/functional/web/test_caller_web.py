@@ -14,13 +14,15 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from builders.browser import STAFF_EMAIL, Platform, publish_ranking
+from builders.browser import PROVIDER_EMAIL, STAFF_EMAIL, Platform, publish_ranking
+from builders.platform_process import Serve, platform_env
 
 pytestmark = [pytest.mark.functional, pytest.mark.timeout(900)]
 
@@ -63,6 +65,20 @@ def check_page(page: Any, title: str) -> None:
     assert too_wide == [], too_wide
 
 
+@pytest.fixture
+def signup_platform(db_url: str, tmp_path: Path) -> Iterator[Platform]:
+    """`mercato serve` granting 20 points on sign-up, with a staff and a provider account."""
+    env = platform_env(db_url, tmp_path / "platform", MERCATO_SIGNUP_POINTS="20")
+    serve = Serve(env, tmp_path / "serve.log")
+    platform = Platform(serve.url, env, tmp_path)
+    platform.cli("admin", "create-account", STAFF_EMAIL, "--password", PASSWORD, "--staff")
+    platform.cli("admin", "create-account", PROVIDER_EMAIL, "--password", PASSWORD)
+    try:
+        yield platform
+    finally:
+        serve.stop()
+
+
 def log_in(page: Any, base: str, email: str) -> None:
     page.goto(f"{base}/login")
     page.get_by_label("Email").fill(email)
@@ -72,8 +88,9 @@ def log_in(page: Any, base: str, email: str) -> None:
 
 
 def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
-    platform: Platform, ranking_url: str, chromium: Any, new_page: Any
+    signup_platform: Platform, ranking_url: str, chromium: Any, new_page: Any
 ) -> None:
+    platform = signup_platform
     base = platform.url
     publish_ranking(platform, ranking_url)
     context = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
@@ -90,6 +107,9 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         page.get_by_label("Password (at least 8 characters)").fill(PASSWORD)
         page.get_by_role("button", name="Create account").click()
         page.get_by_text("Welcome! Your account is ready.").wait_for()
+        page.goto(f"{base}/account")
+        assert page.locator("#balance-available").inner_text() == "20"  # MERCATO_SIGNUP_POINTS
+        assert "(sign-up)" in page.locator("#main").inner_text()
 
         # Points from staff, seen on the account's history.
         staff = new_page()
@@ -101,8 +121,8 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         staff.get_by_role("button", name="Grant").click()
         staff.get_by_text("Points granted.").wait_for()
         page.goto(f"{base}/account")
-        assert page.locator("#balance-available").inner_text() == "50"
-        assert "welcome to the ranking" in page.locator("#main").inner_text()
+        assert page.locator("#balance-available").inner_text() == "70"
+        assert "(welcome to the ranking)" in page.locator("#main").inner_text()
 
         # Find the service by search, from the keyboard.
         page.goto(f"{base}/")
@@ -224,8 +244,10 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         doc_screenshot(page, "receipts")
         page.goto(f"{base}/account")
         check_page(page, "Account")
-        assert page.locator("#balance-available").inner_text() == "40"  # 50 - two 5-point calls
+        assert page.locator("#balance-available").inner_text() == "60"  # 70 - two 5-point calls
         doc_screenshot(page, "account")
+        page.goto(f"{base}/cases")
+        check_page(page, "My cases")
         assert off_site == []
     finally:
         context.close()
@@ -236,6 +258,9 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
     phone = phone_context.new_page()
     phone_off_site = watch_requests(phone, base)
     try:
+        phone.goto(f"{base}/login")
+        check_page(phone, "Log in")
+        doc_screenshot(phone, "login-phone")
         log_in(phone, base, CALLER)
         mine = httpx.get(f"{base}/v1/invocations", headers={"Authorization": f"Bearer {api_key}"})
         receipt_id = mine.json()["items"][0]["invocationId"]
@@ -245,6 +270,7 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
             (f"Receipt {receipt_id}", f"/receipts/{receipt_id}"),
             ("Receipts", "/receipts"),
             ("Account", "/account"),
+            ("My cases", "/cases"),
         ):
             phone.goto(base + path)
             check_page(phone, title)
