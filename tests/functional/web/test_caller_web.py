@@ -196,6 +196,12 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         answer = json.loads(ran.stdout)
         assert answer["result"]["chart"] == "manga" and len(answer["result"]["entries"]) == 3
 
+        # The JSON mode for experts: the copies follow its text too.
+        page.get_by_text("JSON mode (for experts)").click()
+        page.get_by_label(re.compile("^Request body")).fill('{"chart": "illust", "limit": 2}')
+        assert '"chart":"illust","limit":2' in page.locator("#copy-curl").input_value()
+        page.get_by_text("JSON mode (for experts)").click()  # closed again
+
         # Call it from the form: the receipt shows the chart with its thumbnails.
         page.get_by_role("button", name="Call it", exact=True).click()
         page.wait_for_url(re.compile(r"/receipts/inv_"))
