@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -59,8 +60,12 @@ DESCRIPTION = (
 PROVIDER_EMAIL = "daily-ranking@provider.example"
 CONNECTION_NAME = "pixiv.daily-ranking"
 DEMO_EMAIL = "demo@caller.example"
+STAFF_EMAIL = "staff@mercato.example"
 DEMO_POINTS = 1000
 TOP_UP_BELOW = 100
+DEMO_KEY_NAME = "mercato up"
+# What the demo's web sign-up grants (MERCATO_SIGNUP_POINTS, unless the caller set it).
+SIGNUP_POINTS = "100"
 # The platform prefers the documented 8000; the provider and the sample are internal and take
 # whatever port the OS offers (fixed ports collide with other runs on a shared machine).
 PREFERRED_PORTS = {"serve": 8000}
@@ -266,13 +271,13 @@ def _http_ok(url: str) -> bool | None:
 # --- the platform side: accounts, connection, publication -------------------------------
 
 
-def _account_id(runtime: Runtime, email: str) -> str:
+def _account_id(runtime: Runtime, email: str, *, is_staff: bool = False) -> str:
     with runtime.db.transaction() as session:
         found = accounts.find_account_by_email(session, email=email)
         if found is not None:
             return found.id
         return accounts.create_account(
-            session, email=email, password=None, is_staff=False, now=runtime.clock.now()
+            session, email=email, password=None, is_staff=is_staff, now=runtime.clock.now()
         ).id
 
 
@@ -358,10 +363,20 @@ def connect_provider(
 
 
 def seed_demo_caller(runtime: Runtime, *, say: Callable[[str], None]) -> str:
-    """Create or reuse the demo caller, top its points up, and return a fresh API key."""
+    """Create or reuse the demo caller, top its points up, and return a fresh API key.
+
+    The demo keys of earlier runs (named `mercato up`) are revoked in the same transaction, so
+    only the key printed last works (decision 0237)."""
     account_id = _account_id(runtime, DEMO_EMAIL)
     now = runtime.clock.now()
     with runtime.db.transaction() as session:
+        revoked = 0
+        for key in accounts.list_api_keys(session, account_id=account_id):
+            if key.name == DEMO_KEY_NAME and key.revoked_at is None:
+                accounts.revoke_api_key(session, key_id=key.id, account_id=account_id, now=now)
+                revoked += 1
+        if revoked:
+            say(f"revoked {revoked} demo API key(s) of earlier runs")
         available = ledger.balances(session, account_id=account_id).available
         if available < TOP_UP_BELOW:
             ledger.grant(
@@ -373,9 +388,31 @@ def seed_demo_caller(runtime: Runtime, *, say: Callable[[str], None]) -> str:
             )
             say(f"granted {DEMO_POINTS - available} points to {DEMO_EMAIL}")
         created = accounts.create_api_key(
-            session, account_id=account_id, name="mercato up", now=now
+            session, account_id=account_id, name=DEMO_KEY_NAME, now=now
         )
         return created.api_key
+
+
+def demo_logins(runtime: Runtime) -> dict[str, dict[str, str]]:
+    """A web login for the demo caller, the example's provider and a staff account.
+
+    Each run sets a fresh password on each of the three (shown once, like the API key), so a
+    password printed by an earlier run stops working (decision 0237)."""
+    people = {
+        "caller": (DEMO_EMAIL, False),
+        "provider": (PROVIDER_EMAIL, False),
+        "staff": (STAFF_EMAIL, True),
+    }
+    logins: dict[str, dict[str, str]] = {}
+    for role, (email, is_staff) in people.items():
+        account_id = _account_id(runtime, email, is_staff=is_staff)
+        password = secrets.token_urlsafe(12)
+        with runtime.db.transaction() as session:
+            accounts.set_password_hash(
+                session, account_id=account_id, password_hash=accounts.hash_password(password)
+            )
+        logins[role] = {"email": email, "password": password}
+    return logins
 
 
 # --- the example provider's side ---------------------------------------------------------
@@ -432,6 +469,7 @@ def _signals(stop: threading.Event) -> Iterator[None]:
 def run_up(options: UpOptions) -> int:
     """Bring the demo up, print how to use it, and supervise until told to stop."""
     os.environ.setdefault("MERCATO_ENV", "dev")
+    os.environ.setdefault("MERCATO_SIGNUP_POINTS", SIGNUP_POINTS)
     out = sys.stdout
 
     def say(message: str) -> None:
@@ -588,6 +626,7 @@ def _bring_up(
         )
     connect_provider(runtime, base_url=provider_base, credential=credential, say=say)
     api_key = seed_demo_caller(runtime, say=say)
+    logins = demo_logins(runtime)
     runtime.db.engine.dispose()
     if stop.is_set():
         raise _Interrupted()
@@ -598,6 +637,8 @@ def _bring_up(
         "serviceCode": SERVICE_CODE,
         "version": VERSION,
         "web": f"{url}/",
+        "logins": logins,
+        "signupPoints": runtime.settings.signup_points,
         "curl": curl_command(url, api_key),
         "provider": provider_base,
         "sampleUpstream": sample_base,
@@ -608,6 +649,10 @@ def _bring_up(
 
 def _human_summary(ready: dict[str, Any]) -> str:
     url = ready["url"]
+    logins = [
+        f"  {role:<14} {login['email']}   password {login['password']}"
+        for role, login in ready["logins"].items()
+    ]
     return "\n".join(
         [
             "",
@@ -618,6 +663,10 @@ def _human_summary(ready: dict[str, Any]) -> str:
             f"  service        {ready['serviceCode']} {ready['version']} (10 points a call)",
             f"  demo account   {DEMO_EMAIL}",
             f"  API key        {ready['apiKey']}   (shown once; a new one on every run)",
+            "",
+            f"Log in on the web at {url}/login (new passwords on every run):",
+            *logins,
+            f"  (a new account made at {url}/signup gets {ready['signupPoints']} points)",
             "",
             "Invoke it (paste into bash):",
             "",

@@ -132,6 +132,47 @@ def _check_chart(caller: Caller, chart: str, sample: str) -> dict[str, Any]:
     return body
 
 
+def _log_in(url: str, login: dict[str, str]) -> dict[str, Any] | None:
+    """`/v1/me` after logging in with a printed login, or None when the login is refused."""
+    answer = httpx.post(f"{url}/v1/auth/login", json=login, timeout=30)
+    if answer.status_code == 401:
+        return None
+    assert answer.status_code == 200, answer.text
+    token = answer.json()["accessToken"]
+    me = httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert me.status_code == 200, me.text
+    found: dict[str, Any] = me.json()
+    return found
+
+
+def _sign_up_on_the_web(url: str, email: str, password: str) -> int:
+    """Sign up through the web page (with its CSRF token); the new account's points."""
+    with httpx.Client(base_url=url, timeout=30) as browser:
+        page = browser.get("/signup")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert token, page.text[:500]
+        form = {"csrf_token": token.group(1), "email": email, "password": password}
+        done = browser.post("/signup", data=form)
+        assert done.status_code == 303, done.text[:500]
+    login = httpx.post(f"{url}/v1/auth/login", json={"email": email, "password": password})
+    token_of = login.json()["accessToken"]
+    balance = httpx.get(f"{url}/v1/balance", headers={"Authorization": f"Bearer {token_of}"})
+    available: int = balance.json()["available"]
+    return available
+
+
+def _check_logins(info: dict[str, Any]) -> None:
+    """The printed caller, provider and staff logins work on the web address printed."""
+    assert info["web"] == info["url"] + "/"
+    logins = info["logins"]
+    assert sorted(logins) == ["caller", "provider", "staff"]
+    for role, login in logins.items():
+        me = _log_in(info["url"], login)
+        assert me is not None, role
+        assert me["email"] == login["email"]
+        assert me["isStaff"] is (role == "staff")
+
+
 def _start(start_up: Callable[..., UpProcess], env: dict[str, str], port: int) -> Any:
     up = start_up(env, "--json", "--port", str(port))
     info = up.ready_json()
@@ -152,6 +193,9 @@ def test_mercato_up_serves_the_example_and_a_second_run_reuses_the_data(
     caller = Caller(info["url"], info["apiKey"])
     listing = caller.http.get(f"/v1/catalog/listings/{SERVICE}")
     assert listing.status_code == 200, listing.text
+    _check_logins(info)
+    assert info["signupPoints"] == 100  # the demo sets MERCATO_SIGNUP_POINTS
+    assert _sign_up_on_the_web(info["url"], "newcomer@example.com", "a long passphrase") == 100
 
     # Each chart with a cap; every thumbnail through the platform's artifact endpoint.
     results = {chart: _check_chart(caller, chart, sample) for chart in ("overall", "illust")}
@@ -199,7 +243,8 @@ def test_mercato_up_serves_the_example_and_a_second_run_reuses_the_data(
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{info['url']}/health/live", timeout=2)
 
-    # A second run on the same data: same listing, same caller, a fresh key; SIGTERM stops it.
+    # A second run on the same data: same listing, same caller, a fresh key and fresh logins;
+    # the first run's key and passwords no longer work. SIGTERM stops it.
     again, info2 = _start(start_up, demo_env, port)
     assert info2["apiKey"] != info["apiKey"]
     caller2 = Caller(info2["url"], info2["apiKey"])
@@ -207,8 +252,14 @@ def test_mercato_up_serves_the_example_and_a_second_run_reuses_the_data(
     assert caller2.balance() == balance
     assert caller2.succeeded({"chart": "illust", "limit": 5})["result"] == fresh
     old_key = Caller(info2["url"], info["apiKey"])
-    assert old_key.succeeded({"chart": "manga", "limit": 1})["result"]["chart"] == "manga"
+    refused = old_key.invoke({"chart": "manga", "limit": 1})
+    assert refused.status_code == 401, refused.text
+    assert old_key.http.get("/v1/balance").status_code == 401
     old_key.close()
+    _check_logins(info2)
+    for role, login in info["logins"].items():
+        assert login["password"] != info2["logins"][role]["password"]
+        assert _log_in(info2["url"], login) is None, role
     caller2.close()
     assert again.stop(signal.SIGTERM) == 0
     assert wait_gone(list(info2["pids"].values())) == []
@@ -229,6 +280,8 @@ def test_mercato_up_prints_a_working_curl_for_humans(
     assert len(curl) == 1
     assert any(line.strip().startswith("API key") for line in lines)
     assert any(line.strip().startswith("web") for line in lines)
+    for role in ("caller", "provider", "staff"):
+        assert any(re.match(rf"\s+{role}\s+\S+@\S+\s+password \S+$", line) for line in lines)
     ran = subprocess.run(
         ["bash", "-c", curl[0]], capture_output=True, text=True, timeout=60, check=False
     )

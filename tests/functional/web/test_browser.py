@@ -72,8 +72,9 @@ def test_a_caller_calls_sees_thumbnails_manages_keys_and_gets_a_refund(
     assert page.title() == "Daily ranking v1 · Mercato"
     page.get_by_text("Contract digest").wait_for()
     screenshot(page, "listing")
+    page.get_by_text("JSON mode (for experts)").click()  # the expert's way
     page.get_by_label(re.compile("Request body")).fill(json.dumps({"chart": "manga", "limit": 3}))
-    page.get_by_role("button", name="Call it").click()
+    page.get_by_role("button", name="Call with this JSON").click()
     page.wait_for_url(re.compile(r"/receipts/inv_"))
     receipt_url = page.url
     assert "SUCCEEDED" in page.locator("#receipt-status").inner_text()

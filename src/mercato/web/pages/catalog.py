@@ -24,6 +24,7 @@ from mercato.invocations.errors import RequestSchemaViolation, RequestTooLarge
 from mercato.providers import service as providers
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
+from mercato.web.pages import callform
 from mercato.web.pages.common import (
     Form,
     User,
@@ -111,6 +112,7 @@ def _listing_context(request: Request, service_code: str, version: str | None) -
         if version is not None:
             chosen = catalog.public_version(session, service_code=service_code, version=version)
         contract = ContractDocument.of(chosen)
+        fields = callform.form_fields(contract.request_schema)
         return {
             "listing": {
                 "service_code": listing.service_code,
@@ -131,8 +133,29 @@ def _listing_context(request: Request, service_code: str, version: str | None) -
             "result_schema": _pretty(contract.result_schema),
             "request_shape": _pretty(contract.request_shape),
             "skeleton": _skeleton(contract.request_schema, contract.request_shape),
+            "fields": fields,
             "categories": [c.value for c in Category],
         }
+
+
+def _call_context(
+    request: Request, context: dict[str, Any], body: Any | None = None
+) -> dict[str, Any]:
+    """The form's keys and the same call as curl and Python, from `body` (else the defaults)."""
+    fields = context["fields"]
+    if body is None:
+        body = callform.initial_body(fields) if fields else json.loads(context["skeleton"] or "{}")
+    copy_key = new_idempotency_key()
+    base = str(request.base_url).rstrip("/")
+    code, label = context["listing"]["service_code"], context["version"]["label"]
+    return {
+        "call_key": new_idempotency_key(),
+        "report_key": new_idempotency_key(),
+        "copy_key": copy_key,
+        "base_url": base,
+        "curl": callform.curl_line(base, code, label, copy_key, body),
+        "python": callform.client_code(base, code, label, copy_key, body),
+    }
 
 
 @router.get("/listings/{service_code}")
@@ -143,65 +166,84 @@ def listing_page(request: Request, service_code: str, version: str | None = None
         request,
         "listing.html",
         title=f"{name} {context['version']['label']}",
-        call_key=new_idempotency_key(),
-        report_key=new_idempotency_key(),
+        mode="form" if context["fields"] else "json",
+        **_call_context(request, context),
         **context,
     )
 
 
-def _schema_errors(error: RequestSchemaViolation) -> str:
-    details = error.extra.get("errors") or []
-    lines = [f"{e.get('pointer') or '(body)'}: {e.get('detail')}" for e in details[:10]]
-    return error.message + ("\n" + "\n".join(lines) if lines else "")
-
-
 @router.post("/listings/{service_code}/versions/{version}/call")
 def call(request: Request, service_code: str, version: str, user: User, form: Form) -> Response:
-    """Invoke the exact version with the session, then show the receipt with its result."""
+    """Invoke the exact version with the session, then show the receipt with its result.
+
+    `mode=form` reads the body from the schema's fields; `mode=json` takes the JSON text as is.
+    A refusal comes back on the page, each problem detail beside the field it names."""
     runtime = runtime_of(request)
-    body = text_of(form, "body")
+    context = _listing_context(request, service_code, version)
+    fields: list[callform.FormField] | None = context["fields"]
+    mode = "form" if text_of(form, "mode") == "form" and fields else "json"
     errors: dict[str, str] = {}
-    try:
-        key = invocations.check_idempotency_key([text_of(form, "idempotency_key")])
-        client = provider_client(request)
-        result = invoke_flows.invoke(
-            runtime,
-            client,
-            invoke_flows.InvokeRequest(
-                account_id=user.account_id,
-                channel="SESSION",
-                service_code=service_code,
-                version=version,
-                idempotency_key=key,
-                body=body.encode("utf-8"),
-            ),
-        )
-    except RequestSchemaViolation as error:
-        errors["body"] = _schema_errors(error)
-    except RequestTooLarge as error:
-        errors["body"] = error.message
-    except MercatoError as error:
-        errors["call"] = error.message
+    field_values = {f.name: text_of(form, f.input_name) for f in fields or []}
+    body_value: Any = None
+    if mode == "form" and fields:
+        body_value, errors = callform.read_form(fields, {k: text_of(form, k) for k in form})
+        body = json.dumps(body_value, ensure_ascii=False, separators=(",", ":"))
     else:
-        view = result.view
-        if view.state == "SUCCEEDED" and view.has_artifact_contract:
-            artifact_flows.ingest_invocation(
+        body = text_of(form, "body")
+    if not errors:
+        try:
+            key = invocations.check_idempotency_key([text_of(form, "idempotency_key")])
+            client = provider_client(request)
+            result = invoke_flows.invoke(
                 runtime,
                 client,
-                invocation_id=view.invocation_id,
-                resolve_target=providers.get_dispatch_target,
+                invoke_flows.InvokeRequest(
+                    account_id=user.account_id,
+                    channel="SESSION",
+                    service_code=service_code,
+                    version=version,
+                    idempotency_key=key,
+                    body=body.encode("utf-8"),
+                ),
             )
-        return redirect(request, f"/receipts/{view.invocation_id}")
-    context = _listing_context(request, service_code, version)
+        except RequestSchemaViolation as error:
+            by_field, rest = callform.field_errors(
+                list(error.extra.get("errors") or []), fields if mode == "form" else None
+            )
+            errors.update(by_field)
+            errors["call" if mode == "form" else "body"] = "\n".join([error.message, *rest[:10]])
+        except RequestTooLarge as error:
+            errors["call" if mode == "form" else "body"] = error.message
+        except MercatoError as error:
+            errors["call"] = error.message
+        else:
+            view = result.view
+            if view.state == "SUCCEEDED" and view.has_artifact_contract:
+                artifact_flows.ingest_invocation(
+                    runtime,
+                    client,
+                    invocation_id=view.invocation_id,
+                    resolve_target=providers.get_dispatch_target,
+                )
+            return redirect(request, f"/receipts/{view.invocation_id}")
+    elif mode == "form":
+        errors["call"] = "Some fields need a change before the call can be made."
+    copied: Any = body_value
+    if mode == "json":
+        try:
+            copied = json.loads(body)
+        except ValueError:
+            copied = None
     return render(
         request,
         "listing.html",
         status=400,
         title=f"{context['listing']['display_name']} {version}",
-        call_key=new_idempotency_key(),
-        report_key=new_idempotency_key(),
         errors=errors,
-        values={"body": body},
+        mode=mode,
+        field_values=field_values,
+        values={"body": body} if mode == "json" else {},
+        **_call_context(request, context, copied),
         **context,
     )
 
@@ -237,8 +279,8 @@ def report(request: Request, service_code: str, user: User, form: Form) -> Respo
         "listing.html",
         status=400,
         title=f"{context['listing']['display_name']} {context['version']['label']}",
-        call_key=new_idempotency_key(),
-        report_key=new_idempotency_key(),
+        mode="form" if context["fields"] else "json",
+        **_call_context(request, context),
         errors=errors,
         values={"category": category, "text": text},
         **context,

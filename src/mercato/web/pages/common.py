@@ -257,8 +257,13 @@ Staff = Annotated[PageUser, Depends(require_staff)]
 # --- responses ---------------------------------------------------------------------------
 
 
-def render(request: Request, template: str, *, status: int = 200, **context: Any) -> Response:
-    """Render a page with the signed-in user, a CSRF token and the notice from the query."""
+def render(
+    request: Request, template: str, *, title: str, status: int = 200, **context: Any
+) -> Response:
+    """Render a page with the signed-in user, a CSRF token and the notice from the query.
+
+    Every page has a title (a required argument, so mypy finds a page without one)."""
+    context["title"] = title
     context.setdefault("errors", {})
     context.setdefault("values", {})
     context["user"] = current_user(request)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -11,6 +13,7 @@ from starlette.responses import Response
 from mercato.artifacts import flows as artifact_flows
 from mercato.artifacts import service as artifacts
 from mercato.artifacts.errors import InvocationNotSettled, RangeNotSupported
+from mercato.artifacts.schemas import StoredArtifact
 from mercato.cases import flows as case_flows
 from mercato.cases import service as cases
 from mercato.core.errors import MercatoError
@@ -19,7 +22,7 @@ from mercato.invocations.schemas import public_status
 from mercato.providers import service as providers
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
-from mercato.web.downloads import attachment
+from mercato.web.downloads import attachment, extension_of
 from mercato.web.pages.common import (
     Form,
     User,
@@ -31,6 +34,87 @@ from mercato.web.pages.common import (
 )
 
 router = APIRouter(include_in_schema=False)
+
+RANKING_SERVICE = "pixiv.daily-ranking"
+TREE_DEPTH = 24  # deeper values are shown as JSON text (results nest at most 64 levels)
+TREE_OPEN_DEPTH = 2
+
+
+@dataclass
+class Node:
+    """One value of the result tree: a scalar with its JSON text, or an object/array."""
+
+    kind: str  # object | array | string | number | boolean | null | text
+    text: str = ""
+    children: list[tuple[str, Node]] = field(default_factory=list)
+
+
+def result_tree(value: Any, depth: int = 0) -> Node:
+    """The result as nested nodes for the collapsible, highlighted tree (decision 0235)."""
+    if isinstance(value, dict | list) and depth >= TREE_DEPTH:
+        return Node("text", json.dumps(value, ensure_ascii=False))
+    if isinstance(value, dict):
+        return Node(
+            "object",
+            children=[
+                (json.dumps(str(k), ensure_ascii=False), result_tree(v, depth + 1))
+                for k, v in value.items()
+            ],
+        )
+    if isinstance(value, list):
+        return Node(
+            "array", children=[(str(i), result_tree(v, depth + 1)) for i, v in enumerate(value)]
+        )
+    if value is None:
+        return Node("null", "null")
+    if isinstance(value, bool):
+        return Node("boolean", "true" if value else "false")
+    if isinstance(value, int | float):
+        return Node("number", json.dumps(value))
+    return Node("string", json.dumps(value, ensure_ascii=False))
+
+
+def _link(value: Any) -> str | None:
+    """Only plain web addresses become links."""
+    if isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) < 2000:
+        return value
+    return None
+
+
+def ranking_rows(result: Any, artifacts_by_digest: dict[str, str]) -> list[dict[str, Any]] | None:
+    """`pixiv.daily-ranking`'s chart as table rows (thumbnail = the artifact with its digest)."""
+    if not isinstance(result, dict) or not isinstance(result.get("entries"), list):
+        return None
+    rows = []
+    for entry in result["entries"]:
+        if not isinstance(entry, dict):
+            return None
+        digest = entry.get("thumbnailDigest")
+        rows.append(
+            {
+                "rank": entry.get("rank"),
+                "title": str(entry.get("title") or ""),
+                "author": str(entry.get("author") or ""),
+                "link": _link(entry.get("link")),
+                "thumb": artifacts_by_digest.get(digest) if isinstance(digest, str) else None,
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class ShownArtifact:
+    """An artifact as the receipt shows it: inline when an image, else a named download."""
+
+    stored: StoredArtifact
+    url: str
+    filename: str  # <artifactId>.<extension>, as the download's Content-Disposition says
+    image: bool
+    ready: bool
+
+
+def artifact_url(invocation_id: str, artifact_id: str) -> str:
+    return f"/receipts/{quote(invocation_id, safe='')}/artifacts/{quote(artifact_id, safe='')}"
 
 
 @router.get("/receipts")
@@ -62,14 +146,34 @@ def _receipt_context(request: Request, user_id: str, invocation_id: str) -> dict
             if case.invocation_id == invocation_id
         ]
     result = None
+    tree = None
+    ranking = None
+    shown = [
+        ShownArtifact(
+            stored=a,
+            url=artifact_url(invocation_id, a.entry.artifact_id),
+            filename=f"{a.entry.artifact_id}.{extension_of(a.entry.media_type)}",
+            image=a.entry.media_type.split(";", 1)[0].strip().lower().startswith("image/"),
+            ready=view.settlement == "SETTLED" and a.ingested,
+        )
+        for a in stored
+    ]
     if view.result is not None:
-        result = json.dumps(json.loads(view.result), indent=2, ensure_ascii=False)
+        parsed = json.loads(view.result)
+        result = json.dumps(parsed, indent=2, ensure_ascii=False)
+        tree = result_tree(parsed)
+        if view.service_code == RANKING_SERVICE:
+            by_digest = {a.stored.entry.digest: a.url for a in shown if a.ready and a.image}
+            ranking = ranking_rows(parsed, by_digest)
     return {
         "view": view,
         "receipt": view.receipt(),
         "call_status": public_status(view.state),
         "result": result,
-        "artifacts": stored,
+        "tree": tree,
+        "tree_open_depth": TREE_OPEN_DEPTH,
+        "ranking": ranking,
+        "artifacts": shown,
         "disputes": disputes,
         "can_dispute": view.settlement == "SETTLED"
         and view.channel == "SESSION"
