@@ -348,6 +348,9 @@ class AsyncProviderClient:
         except _Stop as stop:
             response.close()  # drop the connection: its body was not read to the end
             return RawAnswer(response.status, None, stop.error, _ms(started))
+        except BaseException:  # cancelled mid-body: never hand a half-read socket back
+            response.close()
+            raise
         response.release()
         error = ERROR_REDIRECT if 300 <= response.status < 400 else None
         return RawAnswer(response.status, content, error, _ms(started))
