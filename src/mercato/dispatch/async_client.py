@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -146,11 +147,13 @@ class AsyncProviderClient:
         *,
         resolver: AsyncResolver | Resolver | None = None,
         max_connections: int = 100,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._allow_private = settings.private_addresses_allowed
         self._default_timeout = settings.provider_timeout_seconds
         self._resolver = GuardedResolver(allow_private=self._allow_private, lookup=resolver)
         self._max_connections = max_connections
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         # Per base URL: why it may not be called (None when it may); per (base, path): the URL.
@@ -167,7 +170,7 @@ class AsyncProviderClient:
             limit=self._max_connections,
             limit_per_host=0,
             keepalive_timeout=5.0,
-            ssl=True,
+            ssl=self._ssl,  # True: the system's trust store, host names verified
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -335,12 +338,13 @@ class AsyncProviderClient:
             )
         except BlockedAddress:
             return RawAnswer(None, None, ERROR_BLOCKED, _ms(started))
-        except (aiohttp.InvalidURL, ValueError):
-            return RawAnswer(None, None, ERROR_BLOCKED, _ms(started))
         except TimeoutError:
             return RawAnswer(None, None, ERROR_TIMEOUT, _ms(started))
         except (UnresolvableHost, aiohttp.ClientConnectorError):
+            # before ValueError: a certificate error is both (ssl.CertificateError is one)
             return RawAnswer(None, None, ERROR_CONNECT, _ms(started))
+        except (aiohttp.InvalidURL, ValueError):
+            return RawAnswer(None, None, ERROR_BLOCKED, _ms(started))
         except (aiohttp.ClientError, OSError):
             return RawAnswer(None, None, ERROR_READ, _ms(started))
         try:
