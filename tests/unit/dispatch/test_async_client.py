@@ -239,6 +239,37 @@ def test_nothing_listening_is_a_connect_error_on_both_clients(tmp_path: Path) ->
     assert (sync_answer.error, async_answer.error) == ("connect", "connect")
 
 
+@pytest.mark.parametrize(
+    ("url", "answers"),
+    [
+        ("http://provider.example:{port}", ["10.0.0.7"]),
+        ("http://provider.example:{port}", ["93.184.216.34", "::1"]),
+        ("http://127.0.0.1:{port}", ["127.0.0.1"]),
+        ("http://localhost:{port}", ["127.0.0.1"]),
+        ("file:///etc/passwd", ["93.184.216.34"]),
+    ],
+)
+def test_guard_refusals_match_the_sync_client(
+    tmp_path: Path, sentinel: Sentinel, url: str, answers: list[str]
+) -> None:
+    """Private addresses not allowed: the same refusal on both clients, and no connection."""
+    config = settings(tmp_path, allow_private=False)
+    provider = target(url.format(port=sentinel.port))
+    with ProviderClient(config, resolver=lambda h, p: answers) as client:
+        sync_answer = client.get(provider, sentinel.path, with_credential=False, max_bytes=64)
+    async_answer = run(
+        lambda: once(
+            config,
+            lambda c: c.get(provider, sentinel.path, with_credential=False, max_bytes=64),
+            resolver=lambda h, p: answers,
+        )
+    )
+    assert (sync_answer.status, sync_answer.error) == (None, "blocked_address")
+    assert (async_answer.status, async_answer.error) == (None, "blocked_address")
+    assert classify(async_answer) == classify(sync_answer)
+    assert sentinel.listener.count() == 0
+
+
 # --- what is sent ----------------------------------------------------------------------------
 
 
