@@ -43,8 +43,9 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     # every counted invoke was answered 200 (fresh keys), every replay too (same stored answer)
     assert set(config["invoke"]["statuses"]) == {"200"}
     assert set(config["replay"]["statuses"]) == {"200"}
+    # ratios are kept to 4 decimals and the rates shown to 0.1: compare to that precision
     assert config["ratio"] == pytest.approx(
-        config["invoke"]["rate"] / config["provider_direct"]["rate"], rel=1e-3
+        config["invoke"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )
     # the closed-loop floor: 2 clients over the provider's own rate in this run
     assert config["closed_loop_floor_ms"] == pytest.approx(
@@ -52,7 +53,7 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     )
     assert config["one_client"]["invoke"]["requests"] > 0
     assert config["replay_ratio"] == pytest.approx(
-        config["replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-3
+        config["replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )
 
     # the second line: the SDK provider alone and through the platform, in the same run
@@ -62,7 +63,7 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
         assert sdk[scenario]["requests"] > 0, scenario
     assert set(sdk["invoke"]["statuses"]) == {"200"}
     assert sdk["ratio"] == pytest.approx(
-        sdk["invoke"]["rate"] / sdk["provider_direct"]["rate"], rel=1e-3
+        sdk["invoke"]["rate"] / sdk["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )
 
     # --growth: the same measurements again after the preload, in the same processes
@@ -70,7 +71,7 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     assert grown["preload"]["invocations"] == 3000 and grown["preload"]["listings"] == 40
     assert set(grown["invoke"]["statuses"]) == {"200"}
     assert grown["invoke_vs_empty"] == pytest.approx(
-        grown["invoke"]["rate"] / config["invoke"]["rate"], rel=1e-3
+        grown["invoke"]["rate"] / config["invoke"]["rate"], rel=1e-2, abs=5e-4
     )
     assert grown["receipts_depth"]["pages"] > 0
 
