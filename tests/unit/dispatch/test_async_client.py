@@ -704,3 +704,62 @@ def test_the_observed_async_client_logs_each_call_without_the_credential(
     line: Any = lines[0]
     assert (line.operation, line.provider_status, line.connection_id) == ("execute", 200, "pcon_a")
     assert SECRET not in caplog.text
+
+
+def test_a_post_dropped_on_a_reused_connection_is_never_sent_again(tmp_path: Path) -> None:
+    """The provider answers the first call on a keep-alive connection, then reads the second
+    and hangs up: the second call is `read` (unknown outcome) on both clients, and the provider
+    received it exactly once (a retry would be a second send of a paid call)."""
+
+    def make_script(heard: list[bytes]) -> Callable[[socket.socket, Listener], None]:
+        def script(conn: socket.socket, _state: Listener) -> None:
+            heard.append(read_request(conn))
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ENVELOPE), ENVELOPE)
+            )
+            heard.append(read_request(conn))  # then close without answering
+
+        return script
+
+    def two_sync(url: str) -> list[RawAnswer]:
+        with ProviderClient(settings(tmp_path)) as client:
+            return [
+                client.execute(
+                    target(url),
+                    idempotency_key=f"k-{n}",
+                    payload_bytes=b'{"n":1}',
+                    response_max_bytes=1024,
+                    timeout=5,
+                )
+                for n in range(2)
+            ]
+
+    async def _two_async_in(config: Settings, url: str) -> list[RawAnswer]:
+        async with AsyncProviderClient(config) as client:
+            return [await _one(client, url, n) for n in range(2)]
+
+    async def _one(client: AsyncProviderClient, url: str, n: int) -> RawAnswer:
+        return await client.execute(
+            target(url),
+            idempotency_key=f"k-{n}",
+            payload_bytes=b'{"n":1}',
+            response_max_bytes=1024,
+            timeout=5,
+        )
+
+    results = {}
+    for name in ("sync", "async"):
+        heard: list[bytes] = []
+        with listener(make_script(heard)) as provider:
+            if name == "sync":
+                answers = two_sync(provider.url)
+            else:
+                answers = asyncio.run(_two_async_in(settings(tmp_path), provider.url))
+            connections = provider.count()
+        keys = [h for r in heard if r for h in r.split(b"\r\n") if h.lower().startswith(b"idem")]
+        results[name] = ([(a.status, a.error) for a in answers], keys, connections)
+    assert results["async"] == results["sync"]
+    answers_seen, keys, connections = results["async"]
+    assert answers_seen == [(200, None), (None, "read")]
+    assert keys == [b"Idempotency-Key: k-0", b"Idempotency-Key: k-1"]
+    assert connections == 1
