@@ -1,5 +1,7 @@
 """`python -m bench [--duration S] [--concurrency N] [--stores sqlite,postgresql] [--quick]
-[--growth]`: start a provider and the platform on loopback, load them, print the table."""
+[--growth [--growth-invocations N]]`: start the lean reference provider, the SDK provider and
+the platform on loopback, load them, check the ledger, print the table. Exits 1 when
+`verify-ledger` is not balanced or an accepted call was not settled exactly once."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.harness import DEFAULT_PG_ADMIN, RESULTS, Options, run, table
+from bench.harness import DEFAULT_PG_ADMIN, RESULTS, LedgerCheckFailed, Options, run, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="then preload 1,000,000 invocations and 10,000 listings and measure again",
     )
-    parser.add_argument("--growth-invocations", type=int, default=1_000_000)
+    parser.add_argument(
+        "--growth-invocations", type=int, default=1_000_000, help="smaller for a smoke run"
+    )
     parser.add_argument("--growth-listings", type=int, default=10_000)
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
@@ -47,15 +51,25 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out,
         chart=not args.quick,
     )
-    result = run(options)
+    try:
+        result = run(options)
+    except LedgerCheckFailed as failed:
+        result = failed.result
+        print(json.dumps(result) if args.json else table(result))
+        for failure in failed.failures:
+            print(f"LEDGER CHECK FAILED: {failure}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result))
     else:
         print(table(result))
         print(f"result: {result['json_path']}" + (f", chart: {result.get('chart_path')}"))
-    ok = all(s["ledger"]["every_accepted_call_settled_once"] for s in result["stores"].values())
-    balanced = all(s["ledger"]["verify_ledger_balanced"] for s in result["stores"].values())
-    return 0 if ok and balanced else 1
+    print(
+        "ledger check: verify-ledger balanced and every accepted call settled exactly once, "
+        "on every store",
+        file=sys.stderr,
+    )
+    return 0
 
 
 if __name__ == "__main__":

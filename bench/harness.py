@@ -1,4 +1,12 @@
-"""Orchestrates one benchmark run: processes, seeding, scenarios, ledger check, result files."""
+"""Orchestrates one benchmark run: processes, seeding, scenarios, ledger check, result files.
+
+Per store, two providers run as their own processes: the headline reference, a lean
+contract-correct FastAPI provider with its idempotency records in memory (`bench.lean_provider`,
+the kind of provider a user would compare against), and the SDK provider with its durable store
+(`bench.provider`, the second line). Each is measured alone and through `mercato serve` in the
+same run; the ratios compare those rates. After the run, `verify-ledger` must be balanced and
+every accepted call settled exactly once, or the run fails (`LedgerCheckFailed`).
+"""
 
 from __future__ import annotations
 
@@ -27,7 +35,8 @@ from sqlalchemy import text
 from bench.load import LoadResult, RequestFactory, run_load
 
 HOST = "127.0.0.1"
-SERVICE = "bench.echo"
+SERVICE = "bench.echo"  # on the lean provider (the headline)
+SDK_SERVICE = "bench.echo-sdk"  # on the SDK provider (the second line)
 VERSION = "v1"
 PRICE = 1
 GRANT = 1_000_000_000
@@ -149,6 +158,15 @@ class Seeded:
     credential: str
 
 
+class LedgerCheckFailed(Exception):
+    """A run ended with the ledger unbalanced or an accepted call not settled exactly once."""
+
+    def __init__(self, result: dict[str, Any], failures: list[str]) -> None:
+        self.result = result
+        self.failures = failures
+        super().__init__("; ".join(failures))
+
+
 def contract() -> dict[str, Any]:
     from mercato.catalog.examples import example_contract
 
@@ -167,15 +185,11 @@ def contract() -> dict[str, Any]:
     return base
 
 
-def seed(runtime: Any, *, provider_url: str, credential: str) -> Seeded:
-    """Accounts, points, a big quota, an API key, and `bench.echo v1` on a checked connection."""
+def seed(runtime: Any, *, providers: dict[str, str], credential: str) -> Seeded:
+    """Accounts, points, a big quota, an API key, and for each (service code, provider URL) of
+    `providers` a version `v1` on its own checked and approved connection."""
     from mercato.accounts import service as accounts
-    from mercato.catalog import service as catalog
-    from mercato.cli.commands_catalog import connection_facts
-    from mercato.conformance.flows import submit_connection
-    from mercato.dispatch.client import ProviderClient
     from mercato.ledger import service as ledger
-    from mercato.providers import service as providers
     from mercato.quotas import service as quotas
 
     now = runtime.clock.now()
@@ -198,17 +212,33 @@ def seed(runtime: Any, *, provider_url: str, credential: str) -> Seeded:
         )
         api_key = accounts.create_api_key(session, account_id=caller_id, name="bench", now=now)
         key = api_key.api_key
+    for service, provider_url in providers.items():
+        _publish(
+            runtime, owner_id, service=service, provider_url=provider_url, credential=credential
+        )
+    return Seeded(api_key=key, caller_id=caller_id, credential=credential)
+
+
+def _publish(
+    runtime: Any, owner_id: str, *, service: str, provider_url: str, credential: str
+) -> None:
+    from mercato.catalog import service as catalog
+    from mercato.cli.commands_catalog import connection_facts
+    from mercato.conformance.flows import submit_connection
+    from mercato.dispatch.client import ProviderClient
+    from mercato.providers import service as providers
+
     with ProviderClient(runtime.settings) as client:
         submitted = submit_connection(
             runtime,
             client,
             owner_id=owner_id,
-            name="bench-echo",
+            name=service.replace(".", "-"),
             base_url=provider_url,
             credential=credential,
         )
     if submitted.run is None or not submitted.run.passed:
-        raise RuntimeError(f"the bench provider failed conformance: {submitted.run}")
+        raise RuntimeError(f"the provider of {service} failed conformance: {submitted.run}")
     with runtime.db.transaction() as session:
         providers.approve_connection(
             session, connection_id=submitted.connection_id, now=runtime.clock.now()
@@ -216,16 +246,15 @@ def seed(runtime: Any, *, provider_url: str, credential: str) -> Seeded:
     with runtime.db.transaction() as session:
         catalog.publish(
             session,
-            service_code=SERVICE,
-            display_name="bench echo",
+            service_code=service,
+            display_name=service.replace(".", " "),
             version=VERSION,
             connection=connection_facts(session, connection_id=submitted.connection_id),
             price=PRICE,
             contract=contract(),
-            description="the benchmark's echo service",
+            description="a benchmark echo service",
             now=runtime.clock.now(),
         )
-    return Seeded(api_key=key, caller_id=caller_id, credential=credential)
 
 
 # --- CPU accounting (robust where wall-clock rates are not: a shared, loaded machine) ------
@@ -271,10 +300,12 @@ def measured(pid: int, load: Callable[[], LoadResult]) -> dict[str, Any]:
 @dataclass
 class Target:
     platform: str
-    provider: str
+    provider: str  # the lean provider (headline reference)
     seeded: Seeded
     platform_pid: int = 0
     provider_pid: int = 0
+    sdk_provider: str = ""  # the SDK provider (second line)
+    sdk_provider_pid: int = 0
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     invoke_answers: Counter[int] = field(default_factory=Counter)
 
@@ -287,6 +318,7 @@ def _json_headers(token: str, key: str | None = None) -> dict[str, str]:
 
 
 INVOKE_PATH = f"/v1/services/{SERVICE}/versions/{VERSION}:invoke"
+SDK_INVOKE_PATH = f"/v1/services/{SDK_SERVICE}/versions/{VERSION}:invoke"
 
 
 def direct_factory(target: Target, tag: str) -> RequestFactory:
@@ -301,12 +333,12 @@ def direct_factory(target: Target, tag: str) -> RequestFactory:
     return make
 
 
-def invoke_factory(target: Target, tag: str) -> RequestFactory:
+def invoke_factory(target: Target, tag: str, path: str = INVOKE_PATH) -> RequestFactory:
     api_key = target.seeded.api_key
 
     def make(client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:
         key = f"bench-{target.run_id}-{tag}-{client}-{n}"
-        return "POST", INVOKE_PATH, _json_headers(api_key, key), b'{"job":"bench","n":%d}' % n
+        return "POST", path, _json_headers(api_key, key), b'{"job":"bench","n":%d}' % n
 
     return make
 
@@ -336,10 +368,12 @@ def _counting(answers: Counter[int]) -> Callable[[int, bytes], None]:
     return check
 
 
-def invoke_load(target: Target, tag: str, *, concurrency: int, duration: float) -> LoadResult:
+def invoke_load(
+    target: Target, tag: str, *, concurrency: int, duration: float, path: str = INVOKE_PATH
+) -> LoadResult:
     return run_load(
         target.platform,
-        invoke_factory(target, tag),
+        invoke_factory(target, tag, path),
         concurrency=concurrency,
         duration=duration,
         check=_counting(target.invoke_answers),
@@ -374,21 +408,28 @@ def receipts_depth(target: Target, pages: int) -> dict[str, Any]:
 def run_scenarios(
     target: Target, *, tag: str, concurrency: int, duration: float, full: bool
 ) -> dict[str, Any]:
-    """Provider alone, then the platform, with the same load; then replays, catalog, receipts."""
+    """The lean provider alone, then the platform calling it, with the same load; then the SDK
+    provider alone and through the platform (the second line); then replays, catalog, receipts."""
     out: dict[str, Any] = {}
     provider, platform = target.provider_pid, target.platform_pid
 
-    def direct(clients: int, seconds: float, suffix: str) -> dict[str, Any]:
+    def direct(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
         factory = direct_factory(target, tag + suffix)
+        url, pid = (
+            (target.sdk_provider, target.sdk_provider_pid) if sdk else (target.provider, provider)
+        )
         return measured(
-            provider,
-            lambda: run_load(target.provider, factory, concurrency=clients, duration=seconds),
+            pid,
+            lambda: run_load(url, factory, concurrency=clients, duration=seconds),
         )
 
-    def invokes(clients: int, seconds: float, suffix: str) -> dict[str, Any]:
+    def invokes(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
+        path = SDK_INVOKE_PATH if sdk else INVOKE_PATH
         return measured(
             platform,
-            lambda: invoke_load(target, tag + suffix, concurrency=clients, duration=seconds),
+            lambda: invoke_load(
+                target, tag + suffix, concurrency=clients, duration=seconds, path=path
+            ),
         )
 
     def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
@@ -407,6 +448,19 @@ def run_scenarios(
     out["closed_loop_floor_ms"] = (
         round(1000 * concurrency / base["_rate"], 3) if base["_rate"] else None
     )
+    if target.sdk_provider:
+        sdk_base = direct(concurrency, duration, "s", sdk=True)
+        sdk_invoke = invokes(concurrency, duration, "s", sdk=True)
+        out["sdk_provider"] = {
+            "provider_direct": sdk_base,
+            "invoke": sdk_invoke,
+            "ratio": round(sdk_invoke["_rate"] / sdk_base["_rate"], 4)
+            if sdk_base["_rate"]
+            else None,
+            "closed_loop_floor_ms": (
+                round(1000 * concurrency / sdk_base["_rate"], 3) if sdk_base["_rate"] else None
+            ),
+        }
     short = max(duration / 2, 1.0)
     if full:
         one_direct = direct(1, short, "1")
@@ -646,18 +700,29 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
             raise RuntimeError(f"migrate failed: {migrated.stderr[-2000:]}")
         credential = "bench-" + secrets.token_urlsafe(24)
         provider_env = {**os.environ, "BENCH_PROVIDER_CREDENTIAL": credential}
-        provider_port, serve_port = free_port(), free_port()
-        provider_args = [sys.executable, "-m", "bench.provider", "--port", str(provider_port)]
-        provider_args += ["--store", str(workdir / "provider.db")]
+        provider_port, sdk_port, serve_port = free_port(), free_port(), free_port()
+        provider_args = [sys.executable, "-m", "bench.lean_provider", "--port", str(provider_port)]
+        sdk_args = [sys.executable, "-m", "bench.provider", "--port", str(sdk_port)]
+        sdk_args += ["--store", str(workdir / "provider.db")]
         serve_args = [sys.executable, "-m", "mercato", "serve", "--port", str(serve_port)]
         serve_args += ["--workers", str(options.workers)]
         runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
         try:
-            with process(provider_args, provider_env, workdir / "provider.log", provider_port) as (
-                provider_url,
-                provider_pid,
+            with (
+                process(provider_args, provider_env, workdir / "provider.log", provider_port) as (
+                    provider_url,
+                    provider_pid,
+                ),
+                process(sdk_args, provider_env, workdir / "sdk-provider.log", sdk_port) as (
+                    sdk_url,
+                    sdk_pid,
+                ),
             ):
-                seeded = seed(runtime, provider_url=provider_url, credential=credential)
+                seeded = seed(
+                    runtime,
+                    providers={SERVICE: provider_url, SDK_SERVICE: sdk_url},
+                    credential=credential,
+                )
                 say(f"[{store}] seeded; starting serve --workers {options.workers}")
                 with process(serve_args, env, workdir / "serve.log", serve_port) as serve:
                     target = Target(
@@ -666,6 +731,8 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         seeded=seeded,
                         platform_pid=serve[1],
                         provider_pid=provider_pid,
+                        sdk_provider=sdk_url,
+                        sdk_provider_pid=sdk_pid,
                     )
                     say(f"[{store}] load: {options.concurrency} clients, {options.duration}s each")
                     result["configurations"][store] = run_scenarios(
@@ -701,7 +768,8 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                             grown["invoke"]["rate"] / empty["invoke"]["rate"], 4
                         )
                         result["configurations"][name] = grown
-                result["ledger"] = ledger_check(runtime, env, target)
+                result["ledger"] = ledger = ledger_check(runtime, env, target)
+                say(f"[{store}] {ledger_line(ledger)}")
         finally:
             runtime.db.dispose()
     return result
@@ -735,7 +803,32 @@ def run(options: Options) -> dict[str, Any]:
     result["json_path"] = str(path)
     if options.chart:
         result["chart_path"] = chart(result, options.out_dir / f"{stamp}.png")
+    failures = [
+        f"{store}: {ledger_line(data.get('ledger', {}))}"
+        for store, data in result["stores"].items()
+        if not ledger_ok(data.get("ledger", {}))
+    ]
+    if failures:
+        raise LedgerCheckFailed(result, failures)
     return result
+
+
+def ledger_ok(ledger: dict[str, Any]) -> bool:
+    """verify-ledger balanced, and every accepted call of the run settled exactly once."""
+    return (
+        ledger.get("verify_ledger_balanced") is True
+        and ledger.get("every_accepted_call_settled_once") is True
+    )
+
+
+def ledger_line(ledger: dict[str, Any]) -> str:
+    return (
+        f"verify-ledger balanced={ledger.get('verify_ledger_balanced')}; "
+        f"accepted={ledger.get('accepted')} settled={ledger.get('settled')} "
+        f"released={ledger.get('released')} held={ledger.get('held_reservations')} "
+        f"200s={ledger.get('answers_200')}; every accepted call settled exactly once="
+        f"{ledger.get('every_accepted_call_settled_once')}"
+    )
 
 
 # --- output ------------------------------------------------------------------------------
@@ -749,12 +842,13 @@ def table(result: dict[str, Any]) -> str:
             "p50 ms",
             "p95 ms",
             "p99 ms",
-            "provider/s",
+            "provider alone/s",
             "provider p50/p99",
             "floor ms",
             "ratio",
             "+p50@1 ms",
             "replays/s",
+            "replay ×",
             "catalog/s",
             "receipts p50",
             "cpu ms/invoke",
@@ -777,28 +871,46 @@ def table(result: dict[str, Any]) -> str:
                     f"{c['ratio']:.3f}" if c.get("ratio") is not None else "-",
                     f"{one['added_p50_ms']:.2f}" if one else "-",
                     f"{c['replay']['rate']:.0f}" if "replay" in c else "-",
+                    f"{c['replay_ratio']:.2f}" if c.get("replay_ratio") is not None else "-",
                     f"{c['catalog']['rate']:.0f}" if "catalog" in c else "-",
                     f"{c['receipts']['p50_ms']:.2f}",
                     _cpu(c["invoke"]),
                     _cpu(c["provider_direct"]),
                 )
             )
+            sdk = c.get("sdk_provider")
+            if sdk:
+                rows.append(
+                    (
+                        f"{name} (SDK provider)",
+                        f"{sdk['invoke']['rate']:.0f}",
+                        f"{sdk['invoke']['p50_ms']:.2f}",
+                        f"{sdk['invoke']['p95_ms']:.2f}",
+                        f"{sdk['invoke']['p99_ms']:.2f}",
+                        f"{sdk['provider_direct']['rate']:.0f}",
+                        f"{sdk['provider_direct']['p50_ms']:.1f}/"
+                        f"{sdk['provider_direct']['p99_ms']:.1f}",
+                        _ms(sdk.get("closed_loop_floor_ms")),
+                        f"{sdk['ratio']:.3f}" if sdk.get("ratio") is not None else "-",
+                        *("-", "-", "-", "-", "-"),
+                        _cpu(sdk["invoke"]),
+                        _cpu(sdk["provider_direct"]),
+                    )
+                )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
-        "floor ms: the lowest mean invoke latency any platform could have at this concurrency "
-        "(clients / the provider's own rate in this run)"
+        "provider: the lean FastAPI provider with in-memory idempotency records (the headline "
+        "reference); '(SDK provider)' rows: the SDK provider with its durable store"
+    )
+    lines.append(
+        "ratio: invokes/s over the same provider alone, same run; floor ms: the lowest mean "
+        "invoke latency any platform could have at this concurrency (clients / the provider's "
+        "own rate in this run); replay ×: replays/s over the provider alone"
     )
     for store, data in result["stores"].items():
-        ledger = data.get("ledger", {})
-        lines.append(
-            f"{store}: verify-ledger balanced={ledger.get('verify_ledger_balanced')}; "
-            f"accepted={ledger.get('accepted')} settled={ledger.get('settled')} "
-            f"released={ledger.get('released')} held={ledger.get('held_reservations')} "
-            f"200s={ledger.get('answers_200')}; every accepted call settled exactly once="
-            f"{ledger.get('every_accepted_call_settled_once')}"
-        )
+        lines.append(f"{store}: {ledger_line(data.get('ledger', {}))}")
         for name, c in data["configurations"].items():
             depth = c["receipts_depth"]
             extra = f" invoke vs empty={c['invoke_vs_empty']:.3f}" if "invoke_vs_empty" in c else ""

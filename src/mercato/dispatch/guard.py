@@ -22,6 +22,7 @@ __all__ = [
     "BlockedAddress",
     "Resolver",
     "UnresolvableHost",
+    "check_answers",
     "check_base_url",
     "forbidden_reason",
     "literal_host_reason",
@@ -68,6 +69,12 @@ def resolve_checked(
         answers = list(resolver(host, port))
     except OSError as exc:
         raise UnresolvableHost(host) from exc
+    return check_answers(host, answers, allow_private=allow_private)
+
+
+def check_answers(host: str, answers: Sequence[str], *, allow_private: bool) -> list[IPAddress]:
+    """Check what one resolution of `host` answered (the half of `resolve_checked` after the
+    lookup, shared with the async client, whose lookup is awaited)."""
     if not answers:
         raise UnresolvableHost(host)
     try:

@@ -12,6 +12,7 @@ import logging
 
 from mercato.core.logs import register_secret
 from mercato.core.metrics import PROVIDER_CALL_LATENCY
+from mercato.dispatch.async_client import AsyncProviderClient
 from mercato.dispatch.client import ProviderClient
 from mercato.dispatch.transport import RawAnswer
 from mercato.providers.schemas import DispatchTarget
@@ -68,18 +69,52 @@ class ObservedProviderClient(ProviderClient):
             max_bytes=max_bytes,
             timeout=timeout,
         )
-        operation = _operation(method, path)
-        result = _result(answer)
-        PROVIDER_CALL_LATENCY.labels(operation, result).observe(answer.elapsed_ms / 1000.0)
-        log.info(
-            "provider call",
-            extra={
-                "connection_id": target.connection_id,
-                "operation": operation,
-                "path": path if operation != "artifact" else "/v1/artifacts/{digest}",
-                "provider_status": answer.status,
-                "provider_error": answer.error,
-                "elapsed_ms": round(answer.elapsed_ms, 1),
-            },
-        )
+        _observe(target, method, path, answer)
         return answer
+
+
+class AsyncObservedProviderClient(AsyncProviderClient):
+    """AsyncProviderClient plus the same log line and latency observation per call."""
+
+    async def send(
+        self,
+        target: DispatchTarget,
+        method: str,
+        path: str,
+        *,
+        credential: str | None,
+        body: bytes | None = None,
+        idempotency_key: str | None = None,
+        max_bytes: int,
+        timeout: float | None = None,
+    ) -> RawAnswer:
+        register_secret(credential)
+        answer = await super().send(
+            target,
+            method,
+            path,
+            credential=credential,
+            body=body,
+            idempotency_key=idempotency_key,
+            max_bytes=max_bytes,
+            timeout=timeout,
+        )
+        _observe(target, method, path, answer)
+        return answer
+
+
+def _observe(target: DispatchTarget, method: str, path: str, answer: RawAnswer) -> None:
+    operation = _operation(method, path)
+    result = _result(answer)
+    PROVIDER_CALL_LATENCY.labels(operation, result).observe(answer.elapsed_ms / 1000.0)
+    log.info(
+        "provider call",
+        extra={
+            "connection_id": target.connection_id,
+            "operation": operation,
+            "path": path if operation != "artifact" else "/v1/artifacts/{digest}",
+            "provider_status": answer.status,
+            "provider_error": answer.error,
+            "elapsed_ms": round(answer.elapsed_ms, 1),
+        },
+    )

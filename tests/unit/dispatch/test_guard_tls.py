@@ -8,6 +8,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,8 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[TlsServer, Path]]:
 
     def serve() -> None:
         conn, _ = raw.accept()
-        with context.wrap_socket(conn, server_side=True) as tls:
+        # a client refusing the certificate ends the handshake: nothing to serve then
+        with suppress(ssl.SSLError, OSError), context.wrap_socket(conn, server_side=True) as tls:
             server.requests.append(read_request(tls))
             tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
 
@@ -139,3 +141,44 @@ def test_pinned_https_keeps_sni_host_header_and_certificate_check(
     assert internet.dialled == [PUBLIC_IP]
     assert server.sni == [HOST]
     assert b"\r\nhost: provider.test\r\n" in server.requests[0].lower()
+
+
+def _async_get(settings: Settings, ca: Path, url: str) -> Any:
+    import asyncio
+
+    from mercato.dispatch.async_client import AsyncProviderClient
+
+    target = DispatchTarget(connection_id="pcon_tls", base_url=url, credential="c", approved=True)
+
+    async def call() -> Any:
+        async with AsyncProviderClient(
+            settings,
+            resolver=lambda host, port: ["127.0.0.1"],
+            ssl_context=ssl.create_default_context(cafile=str(ca)),
+        ) as client:
+            return await client.get(target, "/health/live", with_credential=False, max_bytes=64)
+
+    return asyncio.run(call())
+
+
+def test_the_async_client_dials_the_checked_address_and_still_verifies_the_name(
+    tmp_path: Path, tls_server: tuple[TlsServer, Path]
+) -> None:
+    """The guard's answer (127.0.0.1, allowed here) is dialled; SNI, Host and the certificate
+    check keep the provider's name."""
+    server, ca = tls_server
+    settings = Settings(env="dev", data_dir=tmp_path, allow_private_provider_addresses=True)
+    answer = _async_get(settings, ca, f"https://{HOST}:{server.port}")
+    assert (answer.status, answer.error) == (200, None)
+    assert server.sni == [HOST]
+    assert f"\r\nhost: {HOST}:{server.port}\r\n".encode() in server.requests[0].lower()
+
+
+def test_the_async_client_refuses_a_certificate_for_another_name(
+    tmp_path: Path, tls_server: tuple[TlsServer, Path]
+) -> None:
+    server, ca = tls_server
+    settings = Settings(env="dev", data_dir=tmp_path, allow_private_provider_addresses=True)
+    answer = _async_get(settings, ca, f"https://other.test:{server.port}")
+    assert (answer.status, answer.error) == (None, "connect")
+    assert server.requests == []
