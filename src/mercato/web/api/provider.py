@@ -48,6 +48,7 @@ SessionPrincipal = Annotated[Principal, Depends(session_principal)]
 StaffPrincipal = Annotated[Principal, Depends(staff_principal)]
 
 _SESSION = ("INVALID_REQUEST", "UNAUTHENTICATED", "SESSION_REQUIRED")
+_BODY = ("REQUEST_TOO_LARGE",)  # bodies over the edge's cap (web/limits.py, decision 0180)
 _STAFF = (*_SESSION, "STAFF_REQUIRED")
 _CONNECTION_INPUT = (
     "INVALID_PROVIDER_CONNECTION",
@@ -73,7 +74,7 @@ _REVIEW = ("VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "CONFORMANCE_NOT_PASSE
 )
 def contract_schema() -> JSONResponse:
     """The JSON Schema (2020-12) of the contract document a provider writes."""
-    return JSONResponse(CONTRACT_SCHEMA, media_type="application/schema+json")
+    return JSONResponse(CONTRACT_SCHEMA)
 
 
 # --- connections -------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def _read_connection(request: Request, principal: Principal, connection_id: str)
     "/v1/provider/connections",
     status_code=201,
     response_model=ConnectionOut,
-    **problems(*_SESSION, *_CONNECTION_INPUT),
+    **problems(*_SESSION, *_CONNECTION_INPUT, *_BODY),
 )
 def create_connection(
     body: ConnectionBody, request: Request, principal: SessionPrincipal
@@ -170,7 +171,7 @@ def _listing_out(session: Session, listing: Listing) -> ListingOut:
     "/v1/provider/listings",
     status_code=201,
     response_model=ListingOut,
-    **problems(*_SESSION, "INVALID_SERVICE_CODE", "INVALID_LISTING", "SERVICE_CODE_TAKEN"),
+    **problems(*_SESSION, "INVALID_SERVICE_CODE", "INVALID_LISTING", "SERVICE_CODE_TAKEN", *_BODY),
 )
 def create_listing(body: ListingBody, request: Request, principal: SessionPrincipal) -> ListingOut:
     """Create a listing; its service code is yours for ever."""
@@ -222,7 +223,7 @@ def _version_out(session: Session, listing: Listing, version: Version) -> Versio
     "/v1/provider/listings/{service_code}/versions",
     status_code=201,
     response_model=VersionOut,
-    **problems(*_SESSION, *_VERSION_INPUT, "LISTING_NOT_FOUND", "VERSION_NUMBER_TAKEN"),
+    **problems(*_SESSION, *_VERSION_INPUT, "LISTING_NOT_FOUND", "VERSION_NUMBER_TAKEN", *_BODY),
 )
 def create_version(
     service_code: str, body: VersionBody, request: Request, principal: SessionPrincipal
@@ -262,7 +263,7 @@ def get_version(version_id: str, request: Request, principal: SessionPrincipal) 
 @router.put(
     "/v1/provider/versions/{version_id}",
     response_model=VersionOut,
-    **problems(*_SESSION, *_VERSION_INPUT, "VERSION_NOT_FOUND", "VERSION_IMMUTABLE"),
+    **problems(*_SESSION, *_VERSION_INPUT, "VERSION_NOT_FOUND", "VERSION_IMMUTABLE", *_BODY),
 )
 def change_version(
     version_id: str, body: VersionChange, request: Request, principal: SessionPrincipal
@@ -330,7 +331,9 @@ def approve_version(version_id: str, request: Request, principal: StaffPrincipal
 @router.post(
     "/v1/staff/versions/{version_id}:request-changes",
     response_model=VersionOut,
-    **problems(*_STAFF, "VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "INVALID_REVIEW_REASON"),
+    **problems(
+        *_STAFF, "VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "INVALID_REVIEW_REASON", *_BODY
+    ),
 )
 def request_changes(
     version_id: str, body: ReasonBody, request: Request, principal: StaffPrincipal

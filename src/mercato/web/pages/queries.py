@@ -11,7 +11,7 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from mercato.accounts.models import Account
-from mercato.catalog.models import DRAFT, Hold, Listing, Version
+from mercato.catalog.models import Hold, Listing, Version
 from mercato.invocations.models import Invocation
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer
 from mercato.providers.models import ProviderConnection
@@ -78,17 +78,6 @@ def version(session: Session, *, version_id: str) -> tuple[Listing, Version] | N
         .where(Version.id == version_id)
     ).first()
     return None if row is None else (row[0], row[1])
-
-
-def drafts(session: Session) -> list[tuple[Listing, Version]]:
-    """Every draft version: the staff review queue (decision 0122)."""
-    rows = session.execute(
-        select(Listing, Version)
-        .join(Version, Version.listing_id == Listing.id)
-        .where(Version.state == DRAFT)
-        .order_by(Version.updated_at.desc())
-    ).all()
-    return [(row[0], row[1]) for row in rows]
 
 
 def all_listings(session: Session) -> list[Listing]:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from mercato.accounts import service as accounts
@@ -185,12 +186,26 @@ _NOTICES = {
 }
 
 
-@router.post("/staff/versions/{version_id}/{step}")
-def review(request: Request, version_id: str, step: str, user: Staff, form: Form) -> Response:
+@router.post("/staff/versions/{version_id}/approve")
+def approve_version(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "approve", user, form)
+
+
+@router.post("/staff/versions/{version_id}/publish")
+def publish(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "publish", user, form)
+
+
+@router.post("/staff/versions/{version_id}/request-changes")
+def request_changes(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "request-changes", user, form)
+
+
+def _review(
+    request: Request, version_id: str, step: str, user: PageUser, form: FormData
+) -> Response:
     """Approve, publish or request changes: the same lifecycle steps as the staff API."""
-    action = _STEPS.get(step)
-    if action is None:
-        raise VersionNotFound("There is no such version.")
+    action = _STEPS[step]
     runtime = runtime_of(request)
     extra = {"reason": text_of(form, "reason")} if step == "request-changes" else {}
     try:
