@@ -72,7 +72,7 @@ class Version(Base):
     listing_id: Mapped[str] = mapped_column(String(40), ForeignKey("listings.id"))
     number: Mapped[int] = mapped_column(Integer)
     label: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(20))
     display_name: Mapped[str] = mapped_column(String(200))
     connection_id: Mapped[str] = mapped_column(
         String(40), ForeignKey("provider_connections.id"), index=True
