@@ -14,8 +14,9 @@ from jsonschema import Draft202012Validator
 from sqlalchemy import func, select
 
 from builders.accounts import bearer, login, make_account, make_api_key
-from builders.catalog import example_contract
+from builders.catalog import example_contract, make_provider, publish
 from builders.providers import CREDENTIAL, Faults, RunningProvider, reference_provider
+from mercato.catalog import lifecycle
 from mercato.catalog.examples import example_contract as packaged_contract
 from mercato.catalog.models import Version, VersionTransition
 from mercato.db.runtime import Runtime
@@ -318,3 +319,15 @@ def test_providers_are_isolated_and_sessions_required(api: Api, runtime: Runtime
     for method, path in routes:
         answer = api.client.request(method, path, headers=bearer(key))
         assert (answer.status_code, answer.json()["code"]) == (403, "SESSION_REQUIRED"), path
+
+
+def test_the_operators_one_step_publish_is_kept_as_operator_steps(runtime: Runtime) -> None:
+    owner_id, connection_id = make_provider(runtime)
+    published = publish(runtime, connection_id)
+    with runtime.db.read() as session:
+        steps = lifecycle.transitions_of(session, version_id=published.version.id)
+    assert [(s.from_state, s.to_state, s.role) for s in steps] == [
+        (None, "DRAFT", "operator"),
+        ("DRAFT", "PUBLISHED", "operator"),
+    ]
+    assert owner_id
