@@ -100,3 +100,15 @@ class InvalidCursor(BadRequest):
 class InvalidSearch(BadRequest):
     code = "INVALID_SEARCH"
     title = "The search is not valid"
+
+
+class VersionStateConflict(Conflict):
+    """A lifecycle step the version's current state does not allow (nothing changed)."""
+
+    code = "VERSION_STATE_CONFLICT"
+    title = "The version's state does not allow this"
+
+
+class InvalidReviewReason(ValidationFailed):
+    code = "INVALID_REVIEW_REASON"
+    title = "A reason is required"

@@ -1,4 +1,5 @@
-"""Example contracts shipped with Mercato (the demo publishes the daily ranking with one)."""
+"""Example contracts shipped with Mercato: the daily ranking's (the demo publishes it) and the
+templates a new draft can start from."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from importlib import resources
 from typing import Any
 
 DAILY_RANKING_V1 = "daily_ranking_v1.json"
+# The templates a provider may start a new draft from (the keys are what forms and the CLI use).
+TEMPLATES = {"plain-json": "plain_json.json", "with-artifacts": "with_artifacts.json"}
 
 
 def example_contract(name: str = DAILY_RANKING_V1) -> dict[str, Any]:
@@ -15,3 +18,9 @@ def example_contract(name: str = DAILY_RANKING_V1) -> dict[str, Any]:
     text = package.joinpath(name).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
+
+
+def template_contract(name: str) -> dict[str, Any] | None:
+    """A fresh copy of the template `name` (see TEMPLATES), or None for an unknown name."""
+    file_name = TEMPLATES.get(name)
+    return None if file_name is None else example_contract(file_name)

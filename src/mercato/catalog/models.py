@@ -21,7 +21,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 from mercato.db.base import Base, UTCDateTime
 
 DRAFT = "DRAFT"
+SUBMITTED = "SUBMITTED"
+APPROVED = "APPROVED"
+CHANGES_REQUESTED = "CHANGES_REQUESTED"
 PUBLISHED = "PUBLISHED"
+VERSION_STATES = (DRAFT, SUBMITTED, APPROVED, CHANGES_REQUESTED, PUBLISHED)
+ACTOR_ROLES = ("provider", "staff", "operator")
 HOLD_KINDS = ("staff", "report")
 
 JSONDocument = JSON().with_variant(JSONB(), "postgresql")
@@ -47,12 +52,17 @@ class Listing(Base):
 
 
 class Version(Base):
-    """One exact version `v<number>`; a DRAFT can change, a PUBLISHED one never does."""
+    """One exact version `v<number>`; until PUBLISHED it can change (an edit after submission
+    returns it to DRAFT), a PUBLISHED one never does. `submitted_run_id` is the conformance run
+    of its connection it was last submitted with."""
 
     __tablename__ = "versions"
     __table_args__ = (
         UniqueConstraint("listing_id", "number"),
-        CheckConstraint("state IN ('DRAFT', 'PUBLISHED')", name="state"),
+        CheckConstraint(
+            "state IN ('DRAFT', 'SUBMITTED', 'APPROVED', 'CHANGES_REQUESTED', 'PUBLISHED')",
+            name="state",
+        ),
         CheckConstraint("number >= 1", name="number_positive"),
         CheckConstraint("price >= 1", name="price_positive"),
         CheckConstraint("(state = 'PUBLISHED') = (published_at IS NOT NULL)", name="published_at"),
@@ -62,7 +72,7 @@ class Version(Base):
     listing_id: Mapped[str] = mapped_column(String(40), ForeignKey("listings.id"))
     number: Mapped[int] = mapped_column(Integer)
     label: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(20))
     display_name: Mapped[str] = mapped_column(String(200))
     connection_id: Mapped[str] = mapped_column(
         String(40), ForeignKey("provider_connections.id"), index=True
@@ -74,6 +84,33 @@ class Version(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     published_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    submitted_run_id: Mapped[str | None] = mapped_column(
+        String(40), ForeignKey("conformance_runs.id")
+    )
+
+
+class VersionTransition(Base):
+    """One step of a version's lifecycle, with who took it, when and why; never changed."""
+
+    __tablename__ = "version_transitions"
+    __table_args__ = (
+        UniqueConstraint("version_id", "seq"),
+        CheckConstraint(
+            "role IN ('provider', 'staff', 'operator')",
+            name="role",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(40), ForeignKey("versions.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    from_state: Mapped[str | None] = mapped_column(String(20))
+    to_state: Mapped[str] = mapped_column(String(20))
+    role: Mapped[str] = mapped_column(String(16))
+    actor_id: Mapped[str | None] = mapped_column(String(40), ForeignKey("accounts.id"))
+    reason: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[str | None] = mapped_column(String(40), ForeignKey("conformance_runs.id"))
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
 
 
 class Hold(Base):

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from mercato.catalog import lifecycle
 from mercato.catalog.contracts import BuiltContract, build_contract, parse_version_label
 from mercato.catalog.errors import (
     ConnectionMismatch,
@@ -149,6 +150,8 @@ def create_draft(
     price: int,
     contract: Any,
     now: dt.datetime,
+    role: str = "operator",
+    actor_id: str | None = None,
 ) -> Version:
     """Create a DRAFT version; its number is taken for ever, whatever happens to the draft."""
     listing = _listing_by_id(session, listing_id)
@@ -179,6 +182,17 @@ def create_draft(
             session.flush()
     except IntegrityError as exc:  # a concurrent draft took the number first
         raise VersionNumberTaken(f"{listing.service_code} {version} already exists.") from exc
+    lifecycle.record(
+        session,
+        version=row,
+        to_state=DRAFT,
+        role=role,
+        actor_id=actor_id,
+        reason="draft created",
+        now=now,
+        created=True,
+    )
+    session.flush()
     return row
 
 
@@ -190,12 +204,16 @@ def update_draft(
     price: int | None = None,
     contract: Any = None,
     now: dt.datetime,
+    role: str = "operator",
+    actor_id: str | None = None,
 ) -> Version:
-    """Change a DRAFT's connection, price or contract; a published version refuses."""
+    """Change an unpublished version's connection, price or contract; a real change after
+    submission returns it to DRAFT. A published version refuses."""
     row = _version_for_update(session, version_id)
-    if row.state != DRAFT:
+    if row.state == PUBLISHED:
         raise VersionImmutable(f"{row.label} is published and cannot change.")
     listing = _listing_by_id(session, row.listing_id)
+    before = (row.connection_id, row.price, row.contract)
     if connection is not None:
         _check_connection_owner(listing, connection)
         row.connection_id = connection.connection_id
@@ -206,15 +224,35 @@ def update_draft(
         _apply_contract(
             row, build_contract(contract, service_code=listing.service_code, version=row.label)
         )
+    if before == (row.connection_id, row.price, row.contract):
+        return row  # nothing changed: a submitted version stays where it is
+    if row.state != DRAFT:
+        lifecycle.record(
+            session,
+            version=row,
+            to_state=DRAFT,
+            role=role,
+            actor_id=actor_id,
+            reason=f"edited while {row.state}",
+            now=now,
+        )
+        row.state, row.submitted_run_id = DRAFT, None
     row.updated_at = now
     session.flush()
     return row
 
 
 def publish_version(
-    session: Session, *, version_id: str, connection: ConnectionFacts, now: dt.datetime
+    session: Session,
+    *,
+    version_id: str,
+    connection: ConnectionFacts,
+    now: dt.datetime,
+    role: str = "operator",
+    actor_id: str | None = None,
 ) -> Version:
-    """Freeze a DRAFT for ever; its connection must be approved now."""
+    """Freeze an unpublished version for ever, outside review (the operator's one-step
+    `publish`); its connection must be approved now."""
     row = _version_for_update(session, version_id)
     if row.state == PUBLISHED:
         return row
@@ -227,6 +265,15 @@ def publish_version(
         )
     listing = _listing_by_id(session, row.listing_id)
     _check_connection_owner(listing, connection)
+    lifecycle.record(
+        session,
+        version=row,
+        to_state=PUBLISHED,
+        role=role,
+        actor_id=actor_id,
+        reason="published by the operator",
+        now=now,
+    )
     row.display_name = listing.display_name
     row.state = PUBLISHED
     row.published_at = now

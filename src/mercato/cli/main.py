@@ -36,6 +36,7 @@ def _optional_modules() -> list[Any]:
         "mercato.cli.commands_client",
         "mercato.cli.commands_simulate",
         "mercato.cli.commands_resolution",
+        "mercato.cli.commands_provider",
     ]
     modules = []
     for name in names:

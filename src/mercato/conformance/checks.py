@@ -207,10 +207,34 @@ def check_requires_credential(run: CheckRun) -> CheckVerdict:
     with_wrong = run.execute(key=new_key(), body=_wrap(run.payload), credential=wrong)
     ok = without.status == 401 and with_wrong.status == 401
     detail = {
-        "withoutCredential": _status_evidence(without),
-        "wrongCredential": _status_evidence(with_wrong),
+        "expectedStatus": 401,
+        "probeWithoutCredential": _status_evidence(without),
+        "probeWithInvalidCredential": _status_evidence(with_wrong),
+        "summary": _credential_summary(without, with_wrong),
     }
     return _verdict(3, "execution_requires_credential", ok, detail)
+
+
+def _credential_summary(without: Observation, with_wrong: Observation) -> str:
+    """What check 3 did and saw: the platform itself sent a call without a credential and one
+    with a credential it made up, to see the provider refuse both with 401."""
+    if without.status == 401 and with_wrong.status == 401:
+        return (
+            "The platform sent an execution without a credential and one with a deliberately "
+            "invalid credential; the provider refused both with 401, as required."
+        )
+    accepted = [
+        f"{label} (answered {obs.status if obs.status is not None else obs.error})"
+        for label, obs in (
+            ("the probe without a credential", without),
+            ("the probe with a deliberately invalid credential", with_wrong),
+        )
+        if obs.status != 401
+    ]
+    return (
+        "The platform's probes check that the provider refuses executions it cannot "
+        "authenticate with 401; it did not refuse " + " and ".join(accepted) + "."
+    )
 
 
 def _status_evidence(obs: Observation) -> dict[str, Any]:

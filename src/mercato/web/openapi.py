@@ -548,7 +548,51 @@ def _prune(schemas: dict[str, Any], roots: Any) -> dict[str, Any]:
 
 
 class MissingDeclaration(LookupError):
-    """A `/v1` route has no entry in OPERATIONS: declare what it answers."""
+    """A `/v1` route neither describes itself (`problems`) nor has an entry in OPERATIONS."""
+
+
+SELF_DESCRIBED = "x-mercato-problems"
+
+
+def problems(*codes: str) -> dict[str, Any]:
+    """The route decorator arguments of a self-describing route: its problem answers.
+
+    A route with a Pydantic `response_model` and `**problems(...)` needs no entry in
+    OPERATIONS: its success answers are FastAPI's, its problems are the codes named here (plus
+    the edge's), each under the status its error class has.
+    """
+    statuses = error_statuses()
+    by_status: dict[int, list[str]] = {}
+    for code in dict.fromkeys((*codes, *EDGE)):
+        by_status.setdefault(statuses[code], []).append(code)
+    responses: dict[int | str, dict[str, Any]] = {
+        status: {
+            "model": ProblemDocument,
+            "description": "Problem codes: " + ", ".join(f"`{c}`" for c in found) + ".",
+            "content": {PROBLEM_MEDIA_TYPE: {}},
+        }
+        for status, found in sorted(by_status.items())
+    }
+    return {"responses": responses, "openapi_extra": {SELF_DESCRIBED: list(codes)}}
+
+
+def _self_described(operation: dict[str, Any], codes: list[str]) -> None:
+    """Keep FastAPI's answers of a self-describing route, with problem+json for the problems
+    (a validation failure is a 400 problem here, never FastAPI's 422 document)."""
+    responses = operation["responses"]
+    validation = responses.get("422", {}).get("content", {}).get("application/json", {})
+    if validation.get("schema", {}).get("$ref", "").endswith("/HTTPValidationError"):
+        del responses["422"]
+    for status, entry in responses.items():
+        content = entry.get("content", {})
+        if PROBLEM_MEDIA_TYPE in content and "application/json" in content:
+            content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+            if not content[PROBLEM_MEDIA_TYPE]:
+                content[PROBLEM_MEDIA_TYPE] = {"schema": _ref(ProblemDocument)}
+        if status == "401":
+            entry["headers"] = _headers(("WWW-Authenticate",))
+    if "UNAUTHENTICATED" in codes:
+        operation["security"] = [{"bearer": []}]
 
 
 def build_document(app: FastAPI) -> dict[str, Any]:
@@ -562,9 +606,13 @@ def build_document(app: FastAPI) -> dict[str, Any]:
         operations = copy.deepcopy(generated["paths"][path])
         for method, operation in operations.items():
             spec = OPERATIONS.get((method, path))
-            if spec is None:
+            codes = operation.pop(SELF_DESCRIBED, None)
+            if spec is not None:
+                _overlay(operation, spec, statuses)
+            elif codes is not None:
+                _self_described(operation, codes)
+            else:
                 raise MissingDeclaration(f"{method.upper()} {path} is not in OPERATIONS")
-            _overlay(operation, spec, statuses)
         paths[path] = operations
     generated_schemas = generated.get("components", {}).get("schemas", {})
     own = _schemas_of(

@@ -18,6 +18,7 @@ from builders.browser import (
     publish_ranking,
     screenshot,
 )
+from mercato.catalog.examples import example_contract
 
 pytestmark = [pytest.mark.functional, pytest.mark.timeout(900)]
 
@@ -157,35 +158,51 @@ def test_a_provider_connects_checks_and_staff_approve_and_publish(
     assert provider.locator("tr.check-row .badge-passed").count() == 9
     screenshot(provider, "provider-check")
 
-    # A listing and a draft version from the console (the contract editor starts from the example).
+    # A listing and a draft version: the editor starts empty, a template link fills it.
     provider.goto(f"{base}/provider")
     provider.get_by_label("Service code").fill("acme.browser-ranking")
     provider.get_by_label("Display name").fill("Browser ranking")
     provider.get_by_role("button", name="Create listing").click()
     provider.get_by_text("Listing created.").wait_for()
+    contract = provider.get_by_label(re.compile("^Contract"))
+    assert contract.input_value() == ""
+    provider.get_by_role("link", name="with-artifacts").click()
+    assert "artifactContract" in provider.get_by_label(re.compile("^Contract")).input_value()
+    provider.get_by_label(re.compile("^Contract")).fill(json.dumps(example_contract()))
     provider.get_by_label("Price (points)").fill("7")
     provider.get_by_role("button", name="Create draft").click()
     provider.get_by_text("Draft version created.").wait_for()
     provider.get_by_role("button", name="Submit for review").click()
-    provider.get_by_text("not approved yet").wait_for()  # shown next to the button
+    provider.get_by_text("Submitted for review with").wait_for()
+    assert "SUBMITTED" in provider.locator("#state").inner_text()
 
+    # Staff ask for a change; the provider reads the reason and submits again.
     staff = new_page()
     log_in(staff, base, STAFF_EMAIL)
     staff.goto(f"{base}/staff")
-    staff.get_by_role("link", name="my ranking").click()
-    assert staff.locator("tr.check-row").count() == 9
-    staff.get_by_role("button", name=re.compile("^Approve revision")).click()
-    staff.get_by_text("Connection approved.").wait_for()
-
-    provider.get_by_role("button", name="Submit for review").click()
-    provider.get_by_text("Submitted for review.").wait_for()
-
-    staff.goto(f"{base}/staff")
     screenshot(staff, "staff")
     staff.get_by_role("link", name="acme.browser-ranking v1").click()
+    assert "SUBMITTED" in staff.locator("#state").inner_text()
+    staff.get_by_label("What should change").fill("Say what limit means.")
+    staff.get_by_role("button", name="Request changes").click()
+    staff.get_by_text("Changes requested").wait_for()
+    provider.reload()
+    assert "Say what limit means." in provider.locator("#review-reason").inner_text()
+    provider.get_by_role("button", name="Submit for review").click()
+    provider.get_by_text("Submitted for review with").wait_for()
+
+    staff.reload()
+    staff.get_by_role("button", name="Approve v1").click()
+    staff.get_by_text("Version approved").wait_for()
     staff.get_by_role("button", name="Publish v1").click()
     staff.get_by_text("Version published.").wait_for()
+    assert staff.locator("tr.transition-row").count() == 6
+    screenshot(staff, "staff-version")
 
+    provider.reload()
+    assert "PUBLISHED" in provider.locator("#state").inner_text()
+    assert provider.locator("tr.transition-row").count() == 6
+    assert provider.locator("#points-per-call strong").inner_text() == "5"  # 7 × 0.8, rounded down
     provider.goto(f"{base}/?q=browser")
     provider.get_by_role("link", name="Browser ranking").click()
     assert provider.title() == "Browser ranking v1 · Mercato"

@@ -8,7 +8,7 @@ import re
 from builders.catalog import example_contract
 from builders.invocation_world import World
 from builders.invocations import CREDENTIAL
-from builders.pages import OTHER, Browser, field_error, title
+from builders.pages import OTHER, PERSON, Browser, field_error, title
 from mercato.catalog import service as catalog
 from mercato.providers import service as providers
 from mercato.providers.schemas import CheckVerdict
@@ -26,6 +26,12 @@ def _create_connection(browser: Browser, world: World, name: str = "echo-1") -> 
     )
     assert done.status_code == 303, done.text[:2000]
     return _connection_id(done.headers["location"])
+
+
+def _latest_passed(world: World, connection_id: str) -> bool:
+    with world.runtime.db.read() as session:
+        run = providers.latest_run(session, connection_id=connection_id)
+        return run is not None and run.passed
 
 
 def _all_nine_passed(world: World, connection_id: str) -> None:
@@ -138,28 +144,93 @@ def test_listing_draft_review_and_publish(world: World, person: Browser, staff: 
         {"connection_id": connection_id, "price": "6", "contract": json.dumps(contract)},
     )
     assert saved.status_code == 303
-    early = person.post(version_url + "/submit")
-    assert early.status_code == 409 and "not approved" in field_error(early, "submit")
 
-    # Staff: the draft is in the review queue; publishing needs an approved connection.
-    console = staff.get("/staff")
-    assert f"/staff/versions/{version_id}" in console.text
+    # Staff cannot approve or publish a draft that was never submitted; nothing changes.
     staff.get(f"/staff/versions/{version_id}")
-    refused = staff.post(f"/staff/versions/{version_id}/publish")
-    assert refused.status_code == 409 and field_error(refused, "publish")
-    not_passed = staff.post(f"/staff/connections/{connection_id}/approve")
-    if not_passed.status_code == 409:  # the scripted provider may not pass every check
-        assert field_error(not_passed, "approve")
+    for step in ("approve", "publish"):
+        refused = staff.post(f"/staff/versions/{version_id}/{step}")
+        assert refused.status_code == 409 and field_error(refused, step)
+    assert "badge-draft" in staff.get(f"/staff/versions/{version_id}").text
+    if not _latest_passed(world, connection_id):  # the scripted provider may not pass all nine
+        early = person.post(version_url + "/submit")
+        assert early.status_code == 409 and "nine" in field_error(early, "submit")
         _all_nine_passed(world, connection_id)
-        assert staff.post(f"/staff/connections/{connection_id}/approve").status_code == 303
     submitted = person.post(version_url + "/submit")
     assert submitted.status_code == 303 and "notice=submitted" in submitted.headers["location"]
+    console = staff.get("/staff")
+    assert f"/staff/versions/{version_id}" in console.text
+
+    staff.get(f"/staff/versions/{version_id}")
+    no_reason = staff.post(f"/staff/versions/{version_id}/request-changes", {"reason": ""})
+    assert no_reason.status_code == 422 and field_error(no_reason, "reason")
+    asked = staff.post(
+        f"/staff/versions/{version_id}/request-changes", {"reason": "Name the unit."}
+    )
+    assert asked.status_code == 303
+    page = person.get(version_url)
+    assert "badge-changes_requested" in page.text and "Name the unit." in page.text
+    assert person.post(version_url + "/submit").status_code == 303
+    assert staff.post(f"/staff/versions/{version_id}/approve").status_code == 303
     published = staff.post(f"/staff/versions/{version_id}/publish")
     assert published.status_code == 303
     with world.runtime.db.read() as session:
         version = catalog.public_version(session, service_code="acme.web-echo", version="v1")
         assert version.price == 6
     assert "Web echo" in person.get("/").text
+    history = person.get(version_url).text
+    assert history.count('<tr class="transition-row">') == 6  # created, submitted, asked, ...
+    review = staff.get(f"/staff/versions/{version_id}").text
+    assert review.count('<tr class="transition-row">') == 6 and PERSON in review
+
+
+def test_a_new_draft_starts_empty_or_from_a_template(world: World, person: Browser) -> None:
+    person.get("/provider")
+    person.post(
+        "/provider/listings",
+        {"service_code": "acme.blank", "display_name": "Blank", "description": ""},
+    )
+    page = person.get("/provider/listings/acme.blank")
+    assert "adapterRef" not in page.text  # no contract is pre-filled
+    assert 'href="/provider/listings/acme.blank?template=with-artifacts"' in page.text
+    for name in ("plain-json", "with-artifacts"):
+        chosen = person.get(f"/provider/listings/acme.blank?template={name}").text
+        assert "adapterRef" in chosen and ("artifactContract" in chosen) == (
+            name == "with-artifacts"
+        )
+    connection_id = _create_connection(person, world)
+    empty = person.post(
+        "/provider/listings/acme.blank/drafts",
+        {"version": "v1", "connection_id": connection_id, "price": "2", "contract": ""},
+    )
+    assert empty.status_code == 400 and "template" in field_error(empty, "contract")
+
+
+def test_two_point_price_shows_what_the_provider_is_paid(
+    world: World, person: Browser, staff: Browser
+) -> None:
+    connection_id = _create_connection(person, world)
+    person.get("/provider")
+    person.post(
+        "/provider/listings",
+        {"service_code": "acme.cheap", "display_name": "Cheap", "description": ""},
+    )
+    person.get("/provider/listings/acme.cheap")
+    drafted = person.post(
+        "/provider/listings/acme.cheap/drafts",
+        {
+            "version": "v1",
+            "connection_id": connection_id,
+            "price": "2",
+            "contract": json.dumps(example_contract(artifactContract=None)),
+        },
+    )
+    version_url = drafted.headers["location"].split("?")[0]
+    page = person.get(version_url).text
+    shown = re.search(r'id="points-per-call"><strong>(\d+)</strong>', page)
+    assert shown and shown.group(1) == "1"  # 2 × 8000 / 10000 = 1.6, rounded down
+    assert "80 %" not in page
+    review = staff.get("/staff/versions/" + version_url.rsplit("/", 1)[1]).text
+    assert "1 of 2 points per call" in review
 
 
 def test_provider_pages_of_another_account_are_not_found(

@@ -40,6 +40,7 @@ class Entry:
 _OWNED = Entry("any", "owner")
 _OWNED_SESSION = Entry("session", "owner")
 _PUBLIC = Entry("public")
+_PROVIDER_SESSION = Entry("session", "provider")
 
 API: dict[tuple[str, str], Entry] = {
     ("post", "/v1/auth/login"): _PUBLIC,
@@ -73,6 +74,31 @@ API: dict[tuple[str, str], Entry] = {
     ("post", "/v1/cases/{case_id}:decide"): Entry(
         "staff", "owner", body={"decision": "REJECT", "reason": "no"}
     ),
+    ("get", "/v1/schemas/contract"): _PUBLIC,
+    ("get", "/v1/provider/connections"): Entry("session"),
+    ("post", "/v1/provider/connections"): Entry(
+        "session", body={"name": "m", "baseUrl": "https://p.example", "credential": "c-01234567"}
+    ),
+    ("get", "/v1/provider/connections/{connection_id}"): _PROVIDER_SESSION,
+    ("post", "/v1/provider/connections/{connection_id}:check"): _PROVIDER_SESSION,
+    ("get", "/v1/provider/listings"): Entry("session"),
+    ("post", "/v1/provider/listings"): Entry(
+        "session", body={"serviceCode": "acme.matrix", "displayName": "M"}
+    ),
+    ("get", "/v1/provider/listings/{service_code}/versions"): _PROVIDER_SESSION,
+    ("post", "/v1/provider/listings/{service_code}/versions"): Entry(
+        "session",
+        "provider",
+        body={"version": "v9", "connectionId": "pcon_x", "price": 1, "contract": {}},
+    ),
+    ("get", "/v1/provider/versions/{version_id}"): _PROVIDER_SESSION,
+    ("put", "/v1/provider/versions/{version_id}"): Entry("session", "provider", body={}),
+    ("post", "/v1/provider/versions/{version_id}:submit"): _PROVIDER_SESSION,
+    ("post", "/v1/staff/versions/{version_id}:approve"): Entry("staff", "provider"),
+    ("post", "/v1/staff/versions/{version_id}:request-changes"): Entry(
+        "staff", "provider", body={"reason": "why"}
+    ),
+    ("post", "/v1/staff/versions/{version_id}:publish"): Entry("staff", "provider"),
     ("get", "/v1/openapi.json"): _PUBLIC,
     ("get", "/v1/docs"): _PUBLIC,
     ("get", "/v1/docs/assets/docs-init.js"): _PUBLIC,
@@ -103,7 +129,9 @@ PAGES: dict[tuple[str, str], Entry] = {
     ("get", "/staff/connections/{connection_id}"): _PAGE_STAFF,
     ("post", "/staff/connections/{connection_id}/approve"): _PAGE_STAFF,
     ("get", "/staff/versions/{version_id}"): _PAGE_STAFF,
+    ("post", "/staff/versions/{version_id}/approve"): _PAGE_STAFF,
     ("post", "/staff/versions/{version_id}/publish"): _PAGE_STAFF,
+    ("post", "/staff/versions/{version_id}/request-changes"): _PAGE_STAFF,
     ("get", "/staff/cases/{case_id}"): Entry("staff", "owner"),
     ("post", "/staff/cases/{case_id}/decide"): Entry("staff", "owner"),
     ("post", "/staff/holds/{hold_id}/release"): _PAGE_STAFF,
@@ -162,7 +190,7 @@ def _api_call(
         return security.client.get(path, headers=headers)
     if body is None and template.endswith(":invoke"):
         body = {"n": 1}
-    return security.client.post(path, json=body, headers=headers)
+    return security.client.request(method.upper(), path, json=body, headers=headers)
 
 
 def _problem(response: Any, status: int, code: str | None = None) -> None:
@@ -203,7 +231,8 @@ def test_api_access_matrix(security: SecurityWorld) -> None:
             for party in (other, owner, security.provider):
                 refused = _api_call(security, method, template, entry, party.session_headers())
                 _problem(refused, 403, "STAFF_REQUIRED")
-        elif entry.holder == "owner":
+        elif entry.holder in ("owner", "provider"):
+            holder = owner if entry.holder == "owner" else security.provider
             strangers = [other.session_headers()]
             if entry.role == "any":
                 strangers.append(other.key_headers())
@@ -212,7 +241,7 @@ def test_api_access_matrix(security: SecurityWorld) -> None:
                 assert refused.status_code == 404, (template, refused.text[:300])
                 _problem(refused, 404)
             if method == "get":
-                mine = owner.session_headers() if entry.role == "session" else owner.key_headers()
+                mine = holder.session_headers() if entry.role == "session" else holder.key_headers()
                 reached = _api_call(security, method, template, entry, mine)
                 if "artifact" in template:  # the call is reached; only the artifact is missing
                     _problem(reached, 404, "ARTIFACT_NOT_FOUND")

@@ -103,6 +103,8 @@ def _real_path_values(security: SecurityWorld) -> dict[str, str]:
         "case_id": security.case_id,
         "key_id": security.spare_key_id,
         "artifact_id": "art_missing",
+        "connection_id": security.connection_id,
+        "version_id": security.draft_version_id,
     }
 
 
@@ -120,6 +122,11 @@ def _plausible_body(security: SecurityWorld) -> dict[str, Any]:
         "category": "OTHER",
         "text": "a report",
         "decision": "deny",
+        "baseUrl": "https://provider.example",
+        "credential": "a-credential-0123456789",
+        "displayName": "A listing",
+        "description": "Described.",
+        "connectionId": security.connection_id,
     }
 
 

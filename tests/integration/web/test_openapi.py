@@ -21,7 +21,13 @@ from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import ScriptedProvider, defined, ok, unknown
 from mercato.db.runtime import Runtime
 from mercato.web.app import create_app
-from mercato.web.openapi import EDGE, OPERATIONS, build_document, error_statuses
+from mercato.web.openapi import (
+    EDGE,
+    OPERATIONS,
+    SELF_DESCRIBED,
+    build_document,
+    error_statuses,
+)
 
 CHECKED_IN = Path(__file__).parents[3] / "docs" / "openapi.json"
 REGENERATE = ".venv/bin/python -m mercato.web.openapi > docs/openapi.json"
@@ -48,7 +54,7 @@ def test_every_v1_route_is_declared_and_every_declaration_is_a_route(
     client: TestClient, doc: dict[str, Any]
 ) -> None:
     documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
-    assert documented == set(OPERATIONS)
+    assert documented == set(_declared(client))
     assert all(path.startswith("/v1/") for path in doc["paths"])
     assert "/v1/openapi.json" not in doc["paths"] and "/v1/docs" not in doc["paths"]
     # iter_route_contexts sees through included routers (app.routes alone would not).
@@ -62,13 +68,27 @@ def test_every_v1_route_is_declared_and_every_declaration_is_a_route(
     assert app_routes == documented - {("get", "/v1/openapi.json"), ("get", "/v1/docs")}
 
 
-def test_every_error_is_a_declared_problem_document(doc: dict[str, Any]) -> None:
+def _declared(client: TestClient) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The problem codes of every /v1 operation: OPERATIONS' and the self-describing routes'."""
+    found = {key: spec.errors for key, spec in OPERATIONS.items()}
+    for route in iter_route_contexts(client.app.routes):  # type: ignore[attr-defined]
+        codes = (getattr(route, "openapi_extra", None) or {}).get(SELF_DESCRIBED)
+        if codes is not None:
+            for method in getattr(route, "methods", set()) - {"HEAD"}:
+                found[(method.lower(), route.path)] = tuple(codes)
+    return found
+
+
+def test_every_error_is_a_declared_problem_document(
+    client: TestClient, doc: dict[str, Any]
+) -> None:
     statuses = error_statuses()
+    every = _declared(client)
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
             responses = operation["responses"]
-            declared = OPERATIONS[(method, path)]
-            expected = {str(statuses[code]) for code in (*declared.errors, *EDGE)}
+            errors = every[(method, path)]
+            expected = {str(statuses[code]) for code in (*errors, *EDGE)}
             if any(p["in"] == "path" for p in operation.get("parameters", [])):
                 expected.add("404")  # a NUL in a path segment (web/edge.py)
             assert "`INVALID_TEXT`" in responses["400"]["description"], (method, path)

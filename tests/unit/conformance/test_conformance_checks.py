@@ -165,3 +165,22 @@ def test_evidence_never_contains_the_credential(client: ProviderClient) -> None:
         text = json.dumps(report.to_json())
         assert CREDENTIAL not in text
         assert "latencyMs" in text
+
+
+def test_the_credential_check_reads_as_the_platforms_probe_of_401(
+    client: ProviderClient,
+) -> None:
+    """Check 3's evidence says what the platform sent and what it expected, so a refusal reads
+    as the provider doing its job and an acceptance names the probe it failed to refuse."""
+    with reference_provider() as provider:
+        passing = run_conformance(client, target_for(provider.url)).checks[2].detail
+    assert passing["expectedStatus"] == 401
+    assert passing["probeWithoutCredential"]["status"] == 401
+    assert passing["probeWithInvalidCredential"]["status"] == 401
+    assert "refused both with 401, as required" in passing["summary"]
+    assert "wrongCredential" not in passing
+    with reference_provider(Faults(accept_wrong_credential=True)) as provider:
+        failing = run_conformance(client, target_for(provider.url)).checks[2].detail
+    assert failing["probeWithInvalidCredential"]["status"] != 401
+    assert "did not refuse the probe with a deliberately invalid credential" in failing["summary"]
+    assert "without a credential (" not in failing["summary"]

@@ -16,6 +16,7 @@ _ROUTER_MODULES = [
     "mercato.web.api.balance",
     "mercato.web.api.rate_limit",
     "mercato.web.api.cases",
+    "mercato.web.api.provider",
 ]
 
 

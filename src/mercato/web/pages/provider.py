@@ -13,13 +13,16 @@ from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from mercato.catalog import lifecycle
 from mercato.catalog import service as catalog
-from mercato.catalog.errors import ListingNotFound, VersionNotFound
-from mercato.catalog.examples import example_contract
-from mercato.catalog.models import Listing, Version
+from mercato.catalog.contracts import contract_input
+from mercato.catalog.errors import InvalidContract, ListingNotFound, VersionNotFound
+from mercato.catalog.examples import TEMPLATES, template_contract
+from mercato.catalog.models import CHANGES_REQUESTED, Listing, Version
 from mercato.conformance import flows as conformance
 from mercato.core.errors import MercatoError
 from mercato.ledger import service as ledger
+from mercato.ledger.split import provider_leg
 from mercato.providers import service as providers
 from mercato.providers.errors import ConnectionNameTaken, ConnectionNotFound
 from mercato.providers.models import ProviderConnection
@@ -235,18 +238,28 @@ def _listing_context(session: Session, user: PageUser, listing: Listing) -> dict
         "versions": [queries.plain(v) for v in versions],
         "connections": [{"id": c.id, "name": c.name, "approved": c.approved} for c in connections],
         "next_label": f"v{max((v.number for v in versions), default=0) + 1}",
-        "example": json.dumps(example_contract(), indent=2),
+        "templates": list(TEMPLATES),
+        "template_text": "",
     }
 
 
 @router.get("/provider/listings/{service_code}")
-def listing_page(request: Request, service_code: str, user: User) -> Response:
+def listing_page(request: Request, service_code: str, user: User, template: str = "") -> Response:
+    """The listing's versions and the new-draft form: empty, or filled from a template."""
     with runtime_of(request).db.read() as session:
         context = _listing_context(session, user, _own_listing(session, user, service_code))
+    chosen = template_contract(template)
+    if chosen is not None:
+        context["template_text"] = json.dumps(chosen, indent=2)
     return render(request, "provider_listing.html", title=f"Listing {service_code}", **context)
 
 
 def _parse_contract(text: str) -> Any:
+    if not text.strip():
+        raise _FormError(
+            "contract",
+            "Write the contract, or start from a template: " + ", ".join(TEMPLATES) + ".",
+        )
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -267,6 +280,10 @@ class _FormError(Exception):
 
 
 def _draft_error(error: MercatoError) -> dict[str, str]:
+    if isinstance(error, InvalidContract):
+        pointed = error.extra.get("errors") or []
+        lines = [f"{e['pointer'] or '/'}: {e['detail']}" for e in pointed]
+        return {"contract": "The contract is not valid. " + "; ".join(lines)}
     text = error.message
     if "price" in text.lower():
         return {"price": text}
@@ -298,6 +315,8 @@ def create_draft(request: Request, service_code: str, user: User, form: Form) ->
                 price=price,
                 contract=contract,
                 now=runtime.clock.now(),
+                role="provider",
+                actor_id=user.account_id,
             )
             draft_id = draft.id
     except _FormError as error:
@@ -311,6 +330,7 @@ def create_draft(request: Request, service_code: str, user: User, form: Form) ->
     if errors:
         with runtime.db.read() as session:
             context = _listing_context(session, user, _own_listing(session, user, service_code))
+        context["template_text"] = values["contract"]
         return render(
             request,
             "provider_listing.html",
@@ -333,26 +353,21 @@ def _own_version(session: Session, user: PageUser, version_id: str) -> tuple[Lis
 def _version_context(session: Session, user: PageUser, version_id: str) -> dict[str, Any]:
     listing, version = _own_version(session, user, version_id)
     connections = queries.connections_of(session, owner_id=user.account_id)
-    editable = {k: v for k, v in version.contract.items() if k not in _DERIVED}
+    steps = lifecycle.transitions_of(session, version_id=version.id)
+    changes_requested = version.state == CHANGES_REQUESTED and steps
     return {
         "listing": queries.plain(listing),
         "version": queries.plain(version),
-        "contract_text": json.dumps(editable, indent=2, sort_keys=True),
+        "contract_text": json.dumps(contract_input(version.contract), indent=2, sort_keys=True),
         "connections": [{"id": c.id, "name": c.name, "approved": c.approved} for c in connections],
         "connection_approved": providers.is_approved(session, connection_id=version.connection_id),
+        "transitions": steps,
+        "review_reason": steps[-1].reason if changes_requested else None,
+        "points_per_call": provider_leg(version.price, listing.provider_share_bps),
+        "earnings": queries.version_earnings(
+            session, version_id=version.id, provider_id=user.account_id
+        ),
     }
-
-
-_DERIVED = {
-    "serviceCode",
-    "version",
-    "requestSchemaDigest",
-    "resultSchemaDigest",
-    "installationConfigSchemaDigest",
-    "adapterContractDigest",
-    "contractDigest",
-    "hasArtifactContract",
-}
 
 
 @router.get("/provider/versions/{version_id}")
@@ -383,6 +398,8 @@ def save_draft(request: Request, version_id: str, user: User, form: Form) -> Res
                 price=price,
                 contract=contract,
                 now=runtime.clock.now(),
+                role="provider",
+                actor_id=user.account_id,
             )
     except _FormError as error:
         errors[error.name] = error.message
@@ -410,22 +427,25 @@ def save_draft(request: Request, version_id: str, user: User, form: Form) -> Res
 
 @router.post("/provider/versions/{version_id}/submit")
 def submit_for_review(request: Request, version_id: str, user: User, _form: Form) -> Response:
-    """A draft goes to the staff review queue; its connection must be approved first."""
+    """DRAFT or CHANGES_REQUESTED → SUBMITTED, bound to the connection's passing latest run."""
     runtime = runtime_of(request)
-    with runtime.db.read() as session:
-        context = _version_context(session, user, version_id)
-    if context["version"].state != "DRAFT":
-        return redirect(request, f"/provider/versions/{version_id}")
-    if not context["connection_approved"]:
+    try:
+        with runtime.db.transaction() as session:
+            _own_version(session, user, version_id)
+            lifecycle.submit(
+                session, version_id=version_id, actor_id=user.account_id, now=runtime.clock.now()
+            )
+    except VersionNotFound:
+        raise
+    except MercatoError as error:
+        with runtime.db.read() as session:
+            context = _version_context(session, user, version_id)
         return render(
             request,
             "provider_version.html",
-            status=409,
+            status=error.status,
             title=f"{context['listing'].service_code} {context['version'].label}",
-            errors={
-                "submit": "The draft's connection is not approved yet: run its check until "
-                "all nine pass, then ask staff to approve it."
-            },
+            errors={"submit": error.message},
             **context,
         )
     return redirect(request, f"/provider/versions/{version_id}", notice="submitted")

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import inspect, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from mercato.accounts.models import Account
-from mercato.catalog.models import DRAFT, Hold, Listing, Version
+from mercato.catalog.models import Hold, Listing, Version
+from mercato.invocations.models import Invocation
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer
 from mercato.providers.models import ProviderConnection
 
@@ -79,17 +80,6 @@ def version(session: Session, *, version_id: str) -> tuple[Listing, Version] | N
     return None if row is None else (row[0], row[1])
 
 
-def drafts(session: Session) -> list[tuple[Listing, Version]]:
-    """Every draft version: the staff review queue (decision 0122)."""
-    rows = session.execute(
-        select(Listing, Version)
-        .join(Version, Version.listing_id == Listing.id)
-        .where(Version.state == DRAFT)
-        .order_by(Version.updated_at.desc())
-    ).all()
-    return [(row[0], row[1]) for row in rows]
-
-
 def all_listings(session: Session) -> list[Listing]:
     return list(session.scalars(select(Listing).order_by(Listing.service_code)))
 
@@ -109,3 +99,58 @@ def emails(session: Session, account_ids: set[str]) -> dict[str, str]:
         return {}
     rows = session.execute(select(Account.id, Account.email).where(Account.id.in_(account_ids)))
     return {row[0]: row[1] for row in rows}
+
+
+@dataclass(frozen=True)
+class EarningLine:
+    at: dt.datetime
+    kind: str  # settle (a call paid you) or refund (a disputed call was paid back)
+    amount: int
+    invocation_id: str
+
+
+def version_earnings(
+    session: Session, *, version_id: str, provider_id: str, limit: int = 50
+) -> list[EarningLine]:
+    """The provider's earnings ledger entries from calls of one version, newest first."""
+    rows = session.execute(
+        select(LedgerTransfer.created_at, LedgerTransfer.kind, LedgerEntry.amount, Invocation.id)
+        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .join(Invocation, Invocation.reservation_id == LedgerTransfer.reference)
+        .where(
+            LedgerAccount.owner == provider_id,
+            LedgerAccount.kind == "earnings",
+            Invocation.version_id == version_id,
+        )
+        .order_by(LedgerTransfer.created_at.desc(), LedgerEntry.id.desc())
+        .limit(limit)
+    ).all()
+    return [EarningLine(*row) for row in rows]
+
+
+def review_queue(session: Session) -> list[tuple[Listing, Version]]:
+    """Versions waiting for staff: submitted or approved, oldest change first."""
+    rows = session.execute(
+        select(Listing, Version)
+        .join(Version, Version.listing_id == Listing.id)
+        .where(Version.state.in_(("SUBMITTED", "APPROVED")))
+        .order_by(Version.updated_at)
+    ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+def version_earned(session: Session, *, version_id: str, provider_id: str) -> int:
+    """The provider's net earnings from calls of one version (settlements less refunds)."""
+    total = session.scalar(
+        select(func.coalesce(func.sum(LedgerEntry.amount), 0))
+        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .join(Invocation, Invocation.reservation_id == LedgerTransfer.reference)
+        .where(
+            LedgerAccount.owner == provider_id,
+            LedgerAccount.kind == "earnings",
+            Invocation.version_id == version_id,
+        )
+    )
+    return int(total or 0)

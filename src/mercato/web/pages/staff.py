@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from mercato.accounts import service as accounts
 from mercato.cases import flows as case_flows
 from mercato.cases import service as cases
 from mercato.cases.schemas import DECISIONS, Decision
+from mercato.catalog import lifecycle
 from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionNotFound
 from mercato.catalog.schemas import ContractDocument
@@ -20,6 +23,7 @@ from mercato.core.errors import MercatoError
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import Decision as Resolution
 from mercato.ledger import service as ledger
+from mercato.ledger.split import provider_leg
 from mercato.providers import service as providers
 from mercato.web.deps import runtime_of
 from mercato.web.pages import queries
@@ -27,7 +31,6 @@ from mercato.web.pages.common import (
     Form,
     PageUser,
     Staff,
-    connection_facts,
     redirect,
     render,
     text_of,
@@ -54,10 +57,11 @@ def _console(request: Request) -> dict[str, Any]:
                 "id": version.id,
                 "service_code": listing.service_code,
                 "label": version.label,
+                "state": version.state,
                 "price": version.price,
                 "approved": providers.is_approved(session, connection_id=version.connection_id),
             }
-            for listing, version in queries.drafts(session)
+            for listing, version in queries.review_queue(session)
         ]
         open_cases = cases.list_cases(session, account_id=None, limit=100, state="OPEN").items
         approved = cases.list_cases(session, account_id=None, limit=100, state="APPROVED").items
@@ -144,14 +148,22 @@ def _version_context(request: Request, version_id: str) -> dict[str, Any]:
             raise VersionNotFound("There is no such version.")
         listing, version = found
         contract = ContractDocument.of(version)
+        connection = providers.get_connection(session, connection_id=version.connection_id)
+        latest = providers.latest_run(session, connection_id=connection.id)
+        steps = lifecycle.transitions_of(session, version_id=version.id)
+        actors = {step.actor_id for step in steps if step.actor_id is not None}
         return {
             "listing": queries.plain(listing),
             "version": queries.plain(version),
             "contract": contract,
             "contract_text": json.dumps(version.contract, indent=2, sort_keys=True),
-            "connection_approved": providers.is_approved(
-                session, connection_id=version.connection_id
-            ),
+            "connection_approved": connection.approved,
+            "latest": latest,
+            "latest_current": latest is not None
+            and latest.connection_revision == connection.revision,
+            "transitions": steps,
+            "emails": queries.emails(session, actors),
+            "points_per_call": provider_leg(version.price, listing.provider_share_bps),
         }
 
 
@@ -162,31 +174,66 @@ def version_page(request: Request, version_id: str, _user: Staff) -> Response:
     return render(request, "staff_version.html", title=title, **context)
 
 
+_STEPS: dict[str, Callable[..., Any]] = {
+    "approve": lifecycle.approve,
+    "publish": lifecycle.publish_reviewed,
+    "request-changes": lifecycle.request_changes,
+}
+_NOTICES = {
+    "approve": "version-approved",
+    "publish": "published",
+    "request-changes": "changes-requested",
+}
+
+
+@router.post("/staff/versions/{version_id}/approve")
+def approve_version(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "approve", user, form)
+
+
 @router.post("/staff/versions/{version_id}/publish")
-def publish(request: Request, version_id: str, _user: Staff, _form: Form) -> Response:
+def publish(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "publish", user, form)
+
+
+@router.post("/staff/versions/{version_id}/request-changes")
+def request_changes(request: Request, version_id: str, user: Staff, form: Form) -> Response:
+    return _review(request, version_id, "request-changes", user, form)
+
+
+def _review(
+    request: Request, version_id: str, step: str, user: PageUser, form: FormData
+) -> Response:
+    """Approve, publish or request changes: the same lifecycle steps as the staff API."""
+    action = _STEPS[step]
     runtime = runtime_of(request)
+    extra = {"reason": text_of(form, "reason")} if step == "request-changes" else {}
     try:
         with runtime.db.transaction() as session:
-            found = queries.version(session, version_id=version_id)
-            if found is None:
+            if queries.version(session, version_id=version_id) is None:
                 raise VersionNotFound("There is no such version.")
-            facts = connection_facts(session, connection_id=found[1].connection_id)
-            catalog.publish_version(
-                session, version_id=version_id, connection=facts, now=runtime.clock.now()
+            action(
+                session,
+                version_id=version_id,
+                actor_id=user.account_id,
+                now=runtime.clock.now(),
+                **extra,
             )
     except VersionNotFound:
         raise
     except MercatoError as error:
         context = _version_context(request, version_id)
+        field = "reason" if step == "request-changes" else step
         return render(
             request,
             "staff_version.html",
-            status=409,
+            status=error.status,
             title=f"Review {context['listing'].service_code} {context['version'].label}",
-            errors={"publish": error.message},
+            errors={field: error.message},
+            values=extra,
             **context,
         )
-    return redirect(request, f"/staff/versions/{version_id}", notice="published")
+    return redirect(request, f"/staff/versions/{version_id}", notice=_NOTICES[step])
 
 
 # --- cases -------------------------------------------------------------------------------

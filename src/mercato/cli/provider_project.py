@@ -1,0 +1,122 @@
+"""The files `mercato provider init DIR` writes: a working provider project on the SDK.
+
+The handler is the `plain-json` contract template's service (text in; the text and its length
+out); the test starts the app on a loopback socket and runs `mercato provider check` against it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mercato.catalog.examples import template_contract
+
+PROVIDER_PY = '''\
+"""A Mercato provider: answers {"text"} with the text and its length.
+
+Run it:   PROVIDER_CREDENTIAL=... python provider.py      (port from PORT, default 8080)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from mercato.provider import DefinedFailure, Success, create_provider_app, serve_provider
+
+
+def handle(payload: dict[str, Any]) -> Success | DefinedFailure:
+    """The business logic: a payload the contract does not describe is a defined failure."""
+    text = payload.get("text")
+    if not isinstance(text, str) or not text:
+        return DefinedFailure("INVALID_PAYLOAD", 400)  # nothing was done: the caller pays nothing
+    return Success({"text": text, "length": len(text)})
+
+
+def build_app(*, credential: str, store: str) -> ASGIApp:
+    """The provider app: the SDK serves the four endpoints and keeps idempotency records."""
+    return create_provider_app(
+        handle, credential=credential, store=store, handler_idempotent=True
+    )
+
+
+if __name__ == "__main__":
+    app = build_app(
+        credential=os.environ["PROVIDER_CREDENTIAL"],
+        store=os.environ.get("PROVIDER_STORE", "var/provider.db"),
+    )
+    port = int(os.environ.get("PORT", "8080"))
+    serve_provider(app, host=os.environ.get("HOST", "0.0.0.0"), port=port)
+'''
+
+TEST_PY = '''\
+"""Run the platform's nine conformance checks against this provider: pytest test_provider.py"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import uvicorn
+
+from provider import build_app
+
+CREDENTIAL = "test-credential-0123456789abcdef"
+
+
+def test_the_nine_conformance_checks_pass(tmp_path: Path) -> None:
+    app = build_app(credential=CREDENTIAL, store=str(tmp_path / "provider.db"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # connections wait in the backlog until the server accepts them
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        command = [sys.executable, "-m", "mercato", "provider", "check", url]
+        done = subprocess.run(
+            [*command, "--credential", CREDENTIAL, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        report = json.loads(done.stdout)
+        failed = [c for c in report["checks"] if c["status"] != "passed"]
+        assert done.returncode == 0 and report["passed"], failed
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        listener.close()
+'''
+
+README_MD = """\
+# My Mercato provider
+
+- `provider.py`: the service, on the `mercato.provider` SDK.
+- `contract.json`: what the service promises; `mercato provider push` sends it for review.
+- `test_provider.py`: runs the platform's nine conformance checks against the service.
+
+    pytest test_provider.py
+    PROVIDER_CREDENTIAL=... python provider.py
+    mercato provider check http://127.0.0.1:8080 --credential ...
+
+See docs/provider-guide.md of Mercato for the whole way to a published listing.
+"""
+
+
+def project_files() -> dict[str, str]:
+    """File name → content of a new provider project."""
+    contract = template_contract("plain-json")
+    return {
+        "provider.py": PROVIDER_PY,
+        "contract.json": json.dumps(contract, indent=2) + "\n",
+        "test_provider.py": TEST_PY,
+        "README.md": README_MD,
+    }

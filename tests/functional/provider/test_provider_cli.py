@@ -1,0 +1,138 @@
+"""`mercato provider check` and `mercato provider push` as real processes: evidence and fixes,
+pointed contract errors, create-or-update-then-submit, and one-line refusals of bad arguments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from builders.catalog import example_contract
+from builders.platform_process import Serve, mercato, platform_env
+from builders.providers import CREDENTIAL, Faults, reference_provider
+from mercato.catalog.models import Version, VersionTransition
+from mercato.db.runtime import Runtime
+from mercato.settings import Settings
+
+EMAIL, PASSWORD = "you@example.com", "provider password 1"
+CONTRACT = example_contract(artifactContract=None)
+
+
+def test_check_prints_each_check_with_evidence_and_what_to_fix(tmp_path: Path) -> None:
+    env = platform_env("sqlite:///unused.db", tmp_path)
+    with reference_provider() as good:
+        passing = mercato("provider", "check", good.url, "--credential", CREDENTIAL, env=env)
+    assert passing.returncode == 0, passing.stderr
+    assert "9/9 passed" in passing.stdout and "fix:" not in passing.stdout
+    with reference_provider(Faults(accept_wrong_credential=True)) as bad:
+        failing = mercato(
+            "provider", "check", bad.url, "--credential", CREDENTIAL, "--json", env=env
+        )
+    assert failing.returncode == 1
+    report = json.loads(failing.stdout)
+    assert report["passed"] is False and len(report["checks"]) == 9
+    third = report["checks"][2]
+    assert third["status"] == "failed" and "401" in third["fix"]
+    assert third["detail"]["probeWithInvalidCredential"]["status"] == 200
+    assert all(c["fix"] is None for c in report["checks"] if c["status"] == "passed")
+    assert CREDENTIAL not in failing.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["check", "ftp://example.com", "--credential", "c"], "URL"),
+        (["check", "http://127.0.0.1:9", "--credential", "has space"], "--credential"),
+        (["push", "--version", "1", "--price", "2"], "--version"),
+        (["push", "--version", "v1", "--price", "0"], "--price"),
+        (["push", "--version", "v1", "--price", "2", "--contract", "missing.json"], "--contract"),
+        (["push", "--version", "v1", "--price", "2"], "MERCATO_EMAIL"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_them(tmp_path: Path, args: list[str], named: str) -> None:
+    (tmp_path / "contract.json").write_text(json.dumps(CONTRACT))
+    if args[0] == "push":
+        args = [*args, "--service-code", "acme.tool", "--connection", "pcon_x"]
+        if "--contract" not in args:
+            args += ["--contract", str(tmp_path / "contract.json")]
+    env = platform_env("sqlite:///unused.db", tmp_path)
+    done = mercato("provider", *args, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and named in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def platform(db_url: str, tmp_path: Path) -> Iterator[tuple[Serve, dict[str, str]]]:
+    env = platform_env(db_url, tmp_path / "data", MERCATO_PROVIDER_TIMEOUT_SECONDS="10")
+    assert (
+        mercato("admin", "create-account", EMAIL, "--password", PASSWORD, env=env).returncode == 0
+    )
+    serve = Serve(env, tmp_path / "serve.log")
+    try:
+        yield (
+            serve,
+            {**env, "MERCATO_URL": serve.url, "MERCATO_EMAIL": EMAIL, "MERCATO_PASSWORD": PASSWORD},
+        )
+    finally:
+        serve.stop()
+
+
+def _transitions(db_url: str, tmp_path: Path) -> list[tuple[str, str]]:
+    runtime = Runtime.from_settings(Settings(env="dev", database_url=db_url, data_dir=tmp_path))
+    try:
+        with runtime.db.read() as session:
+            assert session.scalar(select(func.count()).select_from(Version)) == 1
+            rows = session.execute(
+                select(VersionTransition.from_state, VersionTransition.to_state).order_by(
+                    VersionTransition.seq
+                )
+            ).all()
+            return [(str(a), str(b)) for a, b in rows]
+    finally:
+        runtime.db.dispose()
+
+
+def test_push_creates_updates_and_submits_through_the_provider_api(
+    platform: tuple[Serve, dict[str, str]], db_url: str, tmp_path: Path
+) -> None:
+    serve, env = platform
+    with reference_provider() as provider:
+        token = httpx.post(
+            serve.url + "/v1/auth/login", json={"email": EMAIL, "password": PASSWORD}
+        ).json()["accessToken"]
+        made = httpx.post(
+            serve.url + "/v1/provider/connections",
+            json={"name": "main", "baseUrl": provider.url, "credential": CREDENTIAL},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        assert made.status_code == 201, made.text
+        connection = made.json()["connectionId"]
+        contract = tmp_path / "contract.json"
+        push = ["provider", "push", "--contract", str(contract), "--service-code", "acme.tool"]
+        push += ["--version", "v1", "--connection", connection, "--json"]
+
+        contract.write_text(json.dumps({**CONTRACT, "requestSchema": {"type": "nope"}}))
+        refused = mercato(*push, "--price", "2", env=env)
+        assert refused.returncode == 1
+        assert "INVALID_CONTRACT" in refused.stderr and "/requestSchema/type" in refused.stderr
+
+        contract.write_text(json.dumps(CONTRACT))
+        first = mercato(*push, "--price", "2", env=env)
+        assert first.returncode == 0, first.stderr
+        assert json.loads(first.stdout)["state"] == "SUBMITTED"
+        again = mercato(*push, "--price", "2", env=env)  # nothing changed: stays submitted
+        assert json.loads(again.stdout)["state"] == "SUBMITTED"
+        changed = mercato(*push, "--price", "3", env=env)  # an edit: back to DRAFT, resubmitted
+        assert json.loads(changed.stdout)["state"] == "SUBMITTED"
+    assert _transitions(db_url, tmp_path) == [
+        ("None", "DRAFT"),
+        ("DRAFT", "SUBMITTED"),
+        ("SUBMITTED", "DRAFT"),
+        ("DRAFT", "SUBMITTED"),
+    ]

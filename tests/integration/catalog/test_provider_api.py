@@ -1,0 +1,333 @@
+"""The provider API and staff review on both stores: every lifecycle step allowed and refused
+(a refused one changes nothing), pointed contract errors, and providers isolated from each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from jsonschema import Draft202012Validator
+from sqlalchemy import func, select
+
+from builders.accounts import bearer, login, make_account, make_api_key
+from builders.catalog import example_contract, make_provider, publish
+from builders.providers import CREDENTIAL, Faults, RunningProvider, reference_provider
+from mercato.catalog import lifecycle
+from mercato.catalog.examples import example_contract as packaged_contract
+from mercato.catalog.models import Version, VersionTransition
+from mercato.db.runtime import Runtime
+
+PROVIDER, OTHER, STAFF = "provider@example.com", "other@example.com", "staff@example.com"
+CONTRACT = example_contract(artifactContract=None)
+
+
+@dataclass
+class Api:
+    client: TestClient
+    runtime: Runtime
+    provider: RunningProvider
+    headers: dict[str, dict[str, str]]
+
+    def call(self, who: str, method: str, path: str, body: Any = None) -> Any:
+        return self.client.request(method, path, json=body, headers=self.headers[who])
+
+    def connect(self, who: str = PROVIDER, name: str = "main") -> str:
+        body = {"name": name, "baseUrl": self.provider.url, "credential": CREDENTIAL}
+        made = self.call(who, "POST", "/v1/provider/connections", body)
+        assert made.status_code == 201, made.text
+        return str(made.json()["connectionId"])
+
+    def draft(self, connection_id: str, *, code: str = "acme.tool", version: str = "v1") -> str:
+        if self.call(PROVIDER, "GET", f"/v1/provider/listings/{code}/versions").status_code == 404:
+            listing = {"serviceCode": code, "displayName": "Tool", "description": "A tool."}
+            assert self.call(PROVIDER, "POST", "/v1/provider/listings", listing).status_code == 201
+        body = {"version": version, "connectionId": connection_id, "price": 7, "contract": CONTRACT}
+        made = self.call(PROVIDER, "POST", f"/v1/provider/listings/{code}/versions", body)
+        assert made.status_code == 201, made.text
+        assert made.json()["state"] == "DRAFT"
+        return str(made.json()["versionId"])
+
+    def step(self, who: str, version_id: str, action: str, body: Any = None) -> Any:
+        prefix = "/v1/provider/versions" if action == "submit" else "/v1/staff/versions"
+        return self.call(who, "POST", f"{prefix}/{version_id}:{action}", body)
+
+    def version(self, version_id: str) -> dict[str, Any]:
+        got = self.call(PROVIDER, "GET", f"/v1/provider/versions/{version_id}")
+        assert got.status_code == 200, got.text
+        document: dict[str, Any] = got.json()
+        return document
+
+    def stored(self, version_id: str) -> tuple[Any, ...]:
+        """The version row and how many transitions it has, read from the database."""
+        with self.runtime.db.read() as session:
+            row = session.get(Version, version_id)
+            assert row is not None
+            count = session.scalar(
+                select(func.count())
+                .select_from(VersionTransition)
+                .where(VersionTransition.version_id == version_id)
+            )
+            return (row.state, row.price, row.contract_digest, row.submitted_run_id, count)
+
+
+@pytest.fixture
+def api(runtime: Runtime, client: TestClient) -> Iterator[Api]:
+    make_account(runtime.db, PROVIDER)
+    make_account(runtime.db, OTHER)
+    make_account(runtime.db, STAFF, is_staff=True)
+    headers = {who: bearer(login(client, who)["accessToken"]) for who in (PROVIDER, OTHER, STAFF)}
+    with reference_provider() as provider:
+        yield Api(client, runtime, provider, headers)
+
+
+def test_draft_submit_approve_publish_through_the_api(api: Api) -> None:
+    connection_id = api.connect()
+    connection = api.call(PROVIDER, "GET", f"/v1/provider/connections/{connection_id}").json()
+    run = connection["latestRun"]
+    assert run["passed"] and [c["status"] for c in run["checks"]] == ["passed"] * 9
+    assert CREDENTIAL not in str(connection)
+    listed = api.call(PROVIDER, "GET", "/v1/provider/connections").json()["items"]
+    assert [c["connectionId"] for c in listed] == [connection_id]
+
+    version_id = api.draft(connection_id)
+    submitted = api.step(PROVIDER, version_id, "submit")
+    assert submitted.status_code == 200, submitted.text
+    assert submitted.json()["state"] == "SUBMITTED"
+    assert submitted.json()["submittedRunId"] == run["runId"]
+    approved = api.step(STAFF, version_id, "approve")
+    assert approved.status_code == 200 and approved.json()["state"] == "APPROVED"
+    published = api.step(STAFF, version_id, "publish")
+    assert published.status_code == 200 and published.json()["state"] == "PUBLISHED"
+
+    steps = api.version(version_id)["transitions"]
+    assert [(s["fromState"], s["toState"], s["role"]) for s in steps] == [
+        (None, "DRAFT", "provider"),
+        ("DRAFT", "SUBMITTED", "provider"),
+        ("SUBMITTED", "APPROVED", "staff"),
+        ("APPROVED", "PUBLISHED", "staff"),
+    ]
+    assert steps[1]["runId"] == run["runId"] and all(s["at"] and s["reason"] for s in steps)
+    public = api.client.get("/v1/catalog/listings/acme.tool/versions/v1")
+    assert public.status_code == 200 and public.json()["price"] == 7
+
+
+def test_refused_steps_change_nothing(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    refusals = [
+        (STAFF, "approve"),
+        (STAFF, "publish"),
+        (STAFF, "request-changes"),
+    ]
+    for who, action in refusals:
+        before = api.stored(version_id)
+        body = {"reason": "why"} if action == "request-changes" else None
+        refused = api.step(who, version_id, action, body)
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert refused.json()["state"] == "DRAFT"
+        assert api.stored(version_id) == before
+
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    for who, action in [(PROVIDER, "submit"), (STAFF, "publish")]:
+        before = api.stored(version_id)
+        refused = api.step(who, version_id, action)
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert api.stored(version_id) == before
+
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    assert api.step(STAFF, version_id, "publish").status_code == 200
+    for who, action in [(PROVIDER, "submit"), (STAFF, "approve"), (STAFF, "publish")]:
+        before = api.stored(version_id)
+        refused = api.step(who, version_id, action)
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert api.stored(version_id) == before
+    before = api.stored(version_id)
+    frozen = api.call(PROVIDER, "PUT", f"/v1/provider/versions/{version_id}", {"price": 9})
+    assert (frozen.status_code, frozen.json()["code"]) == (409, "VERSION_IMMUTABLE")
+    assert api.stored(version_id) == before
+
+
+def test_review_needs_a_passing_latest_run_on_the_current_revision(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    api.provider.state.faults = Faults(accept_wrong_credential=True)
+    failed = api.call(PROVIDER, "POST", f"/v1/provider/connections/{connection_id}:check")
+    assert failed.status_code == 200 and not failed.json()["latestRun"]["passed"]
+    before = api.stored(version_id)
+    refused = api.step(PROVIDER, version_id, "submit")
+    assert (refused.status_code, refused.json()["code"]) == (409, "CONFORMANCE_NOT_PASSED")
+    assert api.stored(version_id) == before
+
+    api.provider.state.faults = Faults()
+    assert api.call(PROVIDER, "POST", f"/v1/provider/connections/{connection_id}:check").json()[
+        "latestRun"
+    ]["passed"]
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    # The provider breaks after submission: staff can neither approve nor publish.
+    api.provider.state.faults = Faults(accept_missing_credential=True)
+    api.call(PROVIDER, "POST", f"/v1/provider/connections/{connection_id}:check")
+    before = api.stored(version_id)
+    refused = api.step(STAFF, version_id, "approve")
+    assert (refused.status_code, refused.json()["code"]) == (409, "CONFORMANCE_NOT_PASSED")
+    assert api.stored(version_id) == before
+
+    api.provider.state.faults = Faults()
+    api.call(PROVIDER, "POST", f"/v1/provider/connections/{connection_id}:check")
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    api.provider.state.faults = Faults(unknown_key_succeeds=True)
+    api.call(PROVIDER, "POST", f"/v1/provider/connections/{connection_id}:check")
+    before = api.stored(version_id)
+    refused = api.step(STAFF, version_id, "publish")
+    assert (refused.status_code, refused.json()["code"]) == (409, "CONFORMANCE_NOT_PASSED")
+    assert api.stored(version_id) == before
+
+
+def test_changes_requested_edits_and_resubmission(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    before = api.stored(version_id)
+    blank = api.step(STAFF, version_id, "request-changes", {"reason": "  "})
+    assert (blank.status_code, blank.json()["code"]) == (422, "INVALID_REVIEW_REASON")
+    assert api.stored(version_id) == before
+    asked = api.step(STAFF, version_id, "request-changes", {"reason": "Describe the limit."})
+    assert asked.status_code == 200 and asked.json()["state"] == "CHANGES_REQUESTED"
+    assert api.version(version_id)["reviewReason"] == "Describe the limit."
+
+    # Resubmitting as is is allowed; an edit after submission returns the version to DRAFT.
+    assert api.step(PROVIDER, version_id, "submit").json()["state"] == "SUBMITTED"
+    path = f"/v1/provider/versions/{version_id}"
+    same = api.call(PROVIDER, "PUT", path, {"price": 7, "contract": CONTRACT})
+    assert same.status_code == 200 and same.json()["state"] == "SUBMITTED"  # nothing changed
+    edited = api.call(PROVIDER, "PUT", path, {"price": 8})
+    assert edited.status_code == 200 and edited.json()["state"] == "DRAFT"
+    assert edited.json()["submittedRunId"] is None
+    last = edited.json()["transitions"][-1]
+    assert (last["fromState"], last["toState"], last["role"]) == ("SUBMITTED", "DRAFT", "provider")
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    edited = api.call(PROVIDER, "PUT", path, {"contract": {**CONTRACT, "requestMaxBytes": 1000}})
+    assert edited.json()["state"] == "DRAFT"
+    refused = api.step(STAFF, version_id, "publish")
+    assert refused.status_code == 409 and refused.json()["code"] == "VERSION_STATE_CONFLICT"
+
+
+def test_contract_errors_point_at_each_bad_member_and_store_nothing(api: Api) -> None:
+    connection_id = api.connect()
+    api.draft(connection_id, version="v1")
+    bad = {
+        **CONTRACT,
+        "requestSchema": {
+            "type": "object",
+            "properties": {"limit": {"type": "integer", "maximum": "five hundred"}},
+        },
+        "resultSchema": {"type": "no-such-type"},
+        "contractDigest": "0" * 64,
+        "requestMaxBytes": 0,
+    }
+    del bad["requestShape"]
+    body = {"version": "v2", "connectionId": connection_id, "price": 3, "contract": bad}
+    refused = api.call(PROVIDER, "POST", "/v1/provider/listings/acme.tool/versions", body)
+    assert refused.status_code == 422
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.json()["code"] == "INVALID_CONTRACT"
+    pointers = {e["pointer"] for e in refused.json()["errors"]}
+    assert {
+        "/requestSchema/properties/limit/maximum",
+        "/resultSchema/type",
+        "/contractDigest",
+        "/requestMaxBytes",
+        "/requestShape",
+    } <= pointers
+    listing = api.call(PROVIDER, "GET", "/v1/provider/listings/acme.tool/versions").json()
+    assert [v["version"] for v in listing["versions"]] == ["v1"]
+
+    version_id = listing["versions"][0]["versionId"]
+    before = api.stored(version_id)
+    other_dialect = {
+        **CONTRACT,
+        "resultSchema": {"$schema": "http://json-schema.org/draft-07/schema#"},
+    }
+    put = api.call(
+        PROVIDER, "PUT", f"/v1/provider/versions/{version_id}", {"contract": other_dialect}
+    )
+    assert put.status_code == 422
+    assert [e["pointer"] for e in put.json()["errors"]] == ["/resultSchema/$schema"]
+    assert api.stored(version_id) == before
+
+
+def test_the_contract_schema_is_served_and_the_examples_follow_it(api: Api) -> None:
+    served = api.client.get("/v1/schemas/contract")
+    assert served.status_code == 200
+    schema = served.json()
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    for contract in (packaged_contract(), CONTRACT):
+        assert list(validator.iter_errors(contract)) == []
+
+
+def test_providers_are_isolated_and_sessions_required(api: Api, runtime: Runtime) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    other_connection = api.connect(OTHER, name="theirs")
+    for method, path in [
+        ("GET", f"/v1/provider/connections/{connection_id}"),
+        ("POST", f"/v1/provider/connections/{connection_id}:check"),
+        ("GET", "/v1/provider/listings/acme.tool/versions"),
+        ("GET", f"/v1/provider/versions/{version_id}"),
+        ("PUT", f"/v1/provider/versions/{version_id}"),
+        ("POST", f"/v1/provider/versions/{version_id}:submit"),
+    ]:
+        body = {} if method == "PUT" else None
+        assert api.call(OTHER, method, path, body).status_code == 404, path
+    theirs = api.call(OTHER, "GET", "/v1/provider/connections").json()["items"]
+    assert [c["connectionId"] for c in theirs] == [other_connection]
+    # A provider cannot bind another provider's connection to its own version.
+    stolen = {"version": "v2", "connectionId": other_connection, "price": 1, "contract": CONTRACT}
+    refused = api.call(PROVIDER, "POST", "/v1/provider/listings/acme.tool/versions", stolen)
+    assert (refused.status_code, refused.json()["code"]) == (404, "PROVIDER_CONNECTION_NOT_FOUND")
+
+    for action in ("approve", "publish"):
+        refused = api.step(PROVIDER, version_id, action)
+        assert (refused.status_code, refused.json()["code"]) == (403, "STAFF_REQUIRED")
+    refused = api.step(PROVIDER, version_id, "request-changes", {"reason": "x"})
+    assert (refused.status_code, refused.json()["code"]) == (403, "STAFF_REQUIRED")
+
+    with runtime.db.read() as session:
+        owner = session.get(Version, version_id)
+        assert owner is not None
+    account_id = api.call(PROVIDER, "GET", "/v1/me").json()["accountId"]
+    key, _ = make_api_key(runtime.db, account_id)
+    routes = [
+        ("GET", "/v1/provider/connections"),
+        ("POST", "/v1/provider/connections"),
+        ("GET", f"/v1/provider/connections/{connection_id}"),
+        ("POST", f"/v1/provider/connections/{connection_id}:check"),
+        ("GET", "/v1/provider/listings"),
+        ("POST", "/v1/provider/listings"),
+        ("POST", "/v1/provider/listings/acme.tool/versions"),
+        ("GET", f"/v1/provider/versions/{version_id}"),
+        ("POST", f"/v1/provider/versions/{version_id}:submit"),
+        ("POST", f"/v1/staff/versions/{version_id}:approve"),
+        ("POST", f"/v1/staff/versions/{version_id}:request-changes"),
+        ("POST", f"/v1/staff/versions/{version_id}:publish"),
+    ]
+    for method, path in routes:
+        answer = api.client.request(method, path, headers=bearer(key))
+        assert (answer.status_code, answer.json()["code"]) == (403, "SESSION_REQUIRED"), path
+
+
+def test_the_operators_one_step_publish_is_kept_as_operator_steps(runtime: Runtime) -> None:
+    owner_id, connection_id = make_provider(runtime)
+    published = publish(runtime, connection_id)
+    with runtime.db.read() as session:
+        steps = lifecycle.transitions_of(session, version_id=published.version.id)
+    assert [(s.from_state, s.to_state, s.role) for s in steps] == [
+        (None, "DRAFT", "operator"),
+        ("DRAFT", "PUBLISHED", "operator"),
+    ]
+    assert owner_id
