@@ -47,7 +47,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 def cmd_openapi(_args: argparse.Namespace) -> int:
     """`mercato openapi > docs/openapi.json`: the document `/v1/openapi.json` serves."""
-    from mercato.web.openapi import main
+    from mercato.web.export import main
 
     return main()
 

@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mercato.db.runtime import Runtime
-from mercato.web import observe, pages, problems
+from mercato.web import observe, openapi, pages, problems
 from mercato.web.api import routers
 from mercato.web.edge import EdgeChecks
 from mercato.web.limits import BodyLimit
@@ -22,7 +22,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     pages.install(app)
     app.add_middleware(EdgeChecks)  # one Authorization header, no U+0000 (web/edge.py)
     app.add_middleware(BodyLimit)  # request body caps (web/limits.py), outside EdgeChecks
-    observe.install(app)  # request ids, log context, /metrics, /v1/openapi.json, /v1/docs
+    observe.install(app)  # request ids, log context, /metrics
+    openapi.install(app)  # /v1/openapi.json and /v1/docs, generated from the routes
     # Outermost: the client address everything else sees is the peer's, or the forwarded one
     # only when the peer is a configured trusted proxy (decision 0221).
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=runtime.settings.trusted_proxy_list)

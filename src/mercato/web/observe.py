@@ -1,11 +1,12 @@
 """Request context at the edge: a request id per HTTP request, one log line, counters.
 
-`RequestContext` is a plain ASGI middleware (no buffering of bodies other than small problem
-documents of the invoke route, whose `code` tells a quota rejection from a provider failure).
-The request id is the incoming `X-Request-Id` when it is a sane token, else a new one; it is
-echoed in the response header and set in `mercato.core.logs.request_id_var`, so every log line
-written while serving the request — the provider call's included, across the threadpool — has
-it.
+`RequestContext` is a plain ASGI middleware that never reads a response body: the labels come
+from the result objects, noted on the request's state (`scope["state"]`) by whoever holds them —
+every problem response notes its `code` as it is sent (web/problems.py), the invoke route the
+call's outcome and settlement from its InvocationView (`note_invoke_outcome`). The request id
+is the incoming `X-Request-Id` when it is a sane token, else a new one; it is echoed in the
+response header and set in `mercato.core.logs.request_id_var`, so every log line written while
+serving the request — the provider call's included, across the threadpool — has it.
 """
 
 from __future__ import annotations
@@ -14,36 +15,40 @@ import logging
 import time
 from typing import Any
 
-import orjson
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mercato.core.ids import new_id
 from mercato.core.logs import request_id_var, sane_request_id
 from mercato.core.metrics import HTTP_REQUESTS, INVOKE_LATENCY, INVOKES, QUOTA_REJECTIONS
+from mercato.invocations.schemas import InvocationView
+from mercato.web.problems import PROBLEM_CODE
 
 log = logging.getLogger("mercato.http")
 
 REQUEST_ID_HEADER = "X-Request-Id"
 INVOKE_ROUTE = "/v1/services/{service_code}/versions/{version}:invoke"
-_PROBLEM_CAPTURE_LIMIT = 64 * 1024
-_PROVIDER_FAILURES = frozenset(
-    {"PROVIDER_DEFINED_FAILURE", "PROVIDER_CONTRACT_VIOLATION", "PROVIDER_UNAVAILABLE"}
-)
 _QUOTA_CODE = "RATE_LIMIT_EXCEEDED"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_OUTCOME = "invoke_outcome"  # request.state: (outcome, settlement) noted by the invoke route
+REJECTED = ("rejected", "NONE")
 
 
-def invoke_outcome(status: int, problem_code: str | None) -> tuple[str, str]:
-    """(outcome, settlement) of one invoke answer, for `mercato_invokes_total`."""
-    if status == 200:
-        return "succeeded", "SETTLED"
-    if status == 202:
+def invoke_outcome(view: InvocationView) -> tuple[str, str]:
+    """(outcome, settlement) of an invocation the invoke route answers with, for
+    `mercato_invokes_total`: what the call became, not how the answer looks."""
+    if view.pending:
         return "pending", "PENDING"
-    if problem_code in _PROVIDER_FAILURES:
-        return "failed", "RELEASED"
-    return "rejected", "NONE"
+    if view.state == "SUCCEEDED":
+        return "succeeded", "SETTLED"
+    return "failed", "RELEASED"
+
+
+def note_invoke_outcome(request: Request, view: InvocationView) -> None:
+    """Record the outcome of the call the invoke route is answering with; an invoke answered
+    without one (refused before or instead of a call) counts as rejected."""
+    setattr(request.state, _OUTCOME, invoke_outcome(view))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -66,41 +71,33 @@ class RequestContext:
         request_id = sane_request_id(_header(scope, b"x-request-id")) or new_id("req")
         token = request_id_var.set(request_id)
         started = time.perf_counter()
-        answer: dict[str, Any] = {"status": 500, "problem": None}
-        captured = bytearray()
+        answer: dict[str, Any] = {"status": 500}
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answer["status"] = message["status"]
                 headers = MutableHeaders(scope=message)
                 headers[REQUEST_ID_HEADER] = request_id
-                content_type = headers.get("content-type", "")
-                answer["problem"] = content_type.startswith("application/problem+json")
-            elif (
-                message["type"] == "http.response.body"
-                and answer["problem"] is True
-                and len(captured) < _PROBLEM_CAPTURE_LIMIT
-            ):
-                captured.extend(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
             # Rendered as a 500 problem by the outermost middleware; keep the id for its log.
-            self._record(scope, 500, None, started)
+            self._record(scope, 500, started)
             raise
-        self._record(scope, answer["status"], captured if answer["problem"] else None, started)
+        self._record(scope, answer["status"], started)
         request_id_var.reset(token)
 
-    def _record(self, scope: Scope, status: int, problem: bytearray | None, started: float) -> None:
+    def _record(self, scope: Scope, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope.get("method", "")
         if method not in _METHODS:
             method = "OTHER"  # bounded label values
         HTTP_REQUESTS.labels(method, route, str(status)).inc()
-        code = _problem_code(problem) if problem else None
+        state = scope.get("state", {})
+        code = state.get(PROBLEM_CODE) if status >= 400 else None
         fields: dict[str, Any] = {
             "method": method,
             "path": scope.get("path", ""),
@@ -108,13 +105,13 @@ class RequestContext:
             "status": status,
             "duration_ms": round(elapsed * 1000, 1),
         }
-        principal = scope.get("state", {}).get("principal")
+        principal = state.get("principal")
         if principal is not None:
             fields["account_id"] = getattr(principal, "account_id", None)
         if code is not None:
             fields["problem_code"] = code
         if route == INVOKE_ROUTE:
-            outcome, settlement = invoke_outcome(status, code)
+            outcome, settlement = state.get(_OUTCOME, REJECTED)
             INVOKES.labels(outcome, settlement).inc()
             INVOKE_LATENCY.labels(outcome).observe(elapsed)
             if code == _QUOTA_CODE:
@@ -123,23 +120,13 @@ class RequestContext:
         log.info("request", extra=fields)
 
 
-def _problem_code(body: bytearray) -> str | None:
-    try:
-        document = orjson.loads(bytes(body))
-    except orjson.JSONDecodeError:
-        return None
-    code = document.get("code") if isinstance(document, dict) else None
-    return code if isinstance(code, str) else None
-
-
 def install(app: FastAPI) -> None:
-    """Add the request context middleware, `/metrics`, the OpenAPI document and docs, and an
-    observed provider client (unless one is already on `app.state`)."""
+    """Add the request context middleware, `/metrics`, and an observed provider client (unless
+    one is already on `app.state`)."""
     from mercato.dispatch.observed import ObservedProviderClient
-    from mercato.web import metrics, openapi
+    from mercato.web import metrics
 
     app.add_middleware(RequestContext)
     app.include_router(metrics.router)
-    openapi.install(app)
     if getattr(app.state, "provider_client", None) is None:
         app.state.provider_client = ObservedProviderClient(app.state.runtime.settings)

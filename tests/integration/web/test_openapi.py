@@ -1,7 +1,8 @@
-"""The served OpenAPI document: checked in, complete, honest about problems, and the docs page
-works offline. Regenerate after an intended API change with:
+"""The served OpenAPI document: generated from the routes' own declarations, checked in,
+complete, honest about problems, and the docs page works offline. Regenerate after an intended
+API change with:
 
-    .venv/bin/python -m mercato.web.openapi > docs/openapi.json
+    .venv/bin/python -m mercato.web.export > docs/openapi.json
 """
 
 from __future__ import annotations
@@ -12,25 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.routing import iter_route_contexts
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from builders.accounts import login, make_account
 from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import ScriptedProvider, defined, ok, unknown
+from mercato.core.errors import MercatoError
 from mercato.db.runtime import Runtime
+from mercato.web import openapi
 from mercato.web.app import create_app
-from mercato.web.openapi import (
-    EDGE,
-    OPERATIONS,
-    SELF_DESCRIBED,
-    build_document,
-    error_statuses,
-)
+from mercato.web.openapi import build_document
+from mercato.web.problems import EDGE_ERRORS, InvalidRequest
 
 CHECKED_IN = Path(__file__).parents[3] / "docs" / "openapi.json"
-REGENERATE = ".venv/bin/python -m mercato.web.openapi > docs/openapi.json"
+REGENERATE = ".venv/bin/python -m mercato.web.export > docs/openapi.json"
 PROBLEM_STATUSES = {"400", "401", "402", "403", "404", "409", "413", "416", "422", "429", "500"}
 PROBLEM_STATUSES |= {"502", "503"}
 
@@ -50,50 +48,80 @@ def test_the_served_document_is_the_checked_in_one(client: TestClient) -> None:
     )
 
 
-def test_every_v1_route_is_declared_and_every_declaration_is_a_route(
-    client: TestClient, doc: dict[str, Any]
-) -> None:
-    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
-    assert documented == set(_declared(client))
-    assert all(path.startswith("/v1/") for path in doc["paths"])
-    assert "/v1/openapi.json" not in doc["paths"] and "/v1/docs" not in doc["paths"]
-    # iter_route_contexts sees through included routers (app.routes alone would not).
-    app_routes = {
-        (method.lower(), route.path)
-        for route in iter_route_contexts(client.app.routes)  # type: ignore[attr-defined]
-        if getattr(route, "include_in_schema", False) and route.path.startswith("/v1/")
-        for method in (getattr(route, "methods", None) or set()) - {"HEAD"}
-    }
-    assert app_routes, "no /v1 routes found: the route walk is broken"
-    assert app_routes == documented - {("get", "/v1/openapi.json"), ("get", "/v1/docs")}
-
-
-def _declared(client: TestClient) -> dict[tuple[str, str], tuple[str, ...]]:
-    """The problem codes of every /v1 operation: OPERATIONS' and the self-describing routes'."""
-    found = {key: spec.errors for key, spec in OPERATIONS.items()}
-    for route in iter_route_contexts(client.app.routes):  # type: ignore[attr-defined]
-        codes = (getattr(route, "openapi_extra", None) or {}).get(SELF_DESCRIBED)
-        if codes is not None:
-            for method in getattr(route, "methods", set()) - {"HEAD"}:
-                found[(method.lower(), route.path)] = tuple(codes)
+def error_statuses() -> dict[str, int]:
+    """Every problem code of the error classes (the app has imported every domain's), with
+    its HTTP status."""
+    found: dict[str, int] = {InvalidRequest.code: InvalidRequest.status}
+    stack: list[type[MercatoError]] = [MercatoError]
+    while stack:
+        cls = stack.pop()
+        assert found.setdefault(cls.code, cls.status) == cls.status, cls
+        stack.extend(cls.__subclasses__())
     return found
 
 
-def test_every_error_is_a_declared_problem_document(
+def _v1_routes(app: Any) -> list[Any]:
+    """The /v1 API routes (as route contexts, which read like the routes)."""
+    # iter_route_contexts sees through included routers (app.routes alone would not).
+    return [
+        context
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, APIRoute)
+        and context.include_in_schema
+        and (context.path or "").startswith("/v1/")
+    ]
+
+
+def test_every_v1_route_declares_its_answers_and_no_overlay_is_left(client: TestClient) -> None:
+    routes = _v1_routes(client.app)
+    assert len(routes) >= 25
+    for route in routes:
+        # The success answer is a model (or a documented binary/empty answer) ...
+        success = route.response_model is not None or route.status_code == 204
+        success = success or "content" in route.responses.get(200, {})
+        assert success, route.path
+        # ... and the errors were declared from the error classes (web.problems.declare).
+        assert 400 in route.responses and "`INVALID_TEXT`" in route.responses[400]["description"]
+    assert not hasattr(openapi, "OPERATIONS")
+
+
+def test_every_v1_route_is_documented_and_nothing_else(
     client: TestClient, doc: dict[str, Any]
 ) -> None:
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert all(path.startswith("/v1/") for path in doc["paths"])
+    assert "/v1/openapi.json" not in doc["paths"] and "/v1/docs" not in doc["paths"]
+    app_routes = {
+        (method.lower(), route.path)
+        for route in _v1_routes(client.app)
+        for method in (route.methods or set()) - {"HEAD"}
+    }
+    assert app_routes, "no /v1 routes found: the route walk is broken"
+    assert app_routes == documented
+
+
+def test_every_error_is_a_declared_problem_document(doc: dict[str, Any]) -> None:
     statuses = error_statuses()
-    every = _declared(client)
+    edge = {cls.code for cls in EDGE_ERRORS}
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
             responses = operation["responses"]
-            errors = every[(method, path)]
-            expected = {str(statuses[code]) for code in (*errors, *EDGE)}
+            expected = {s for s in responses if s[0] in "45"}
+            assert expected <= PROBLEM_STATUSES, (method, path, expected)
+            for status in expected:
+                # Each documented code is answered with the status its class names.
+                codes = re.findall(r"`([A-Z_]+)`", responses[status]["description"])
+                assert codes, (method, path, status)
+                for code in codes:
+                    in_path = code == "INVALID_TEXT" and status == "404"
+                    assert in_path or str(statuses[code]) == status, (method, path, code, status)
             if any(p["in"] == "path" for p in operation.get("parameters", [])):
-                expected.add("404")  # a NUL in a path segment (web/edge.py)
-            assert "`INVALID_TEXT`" in responses["400"]["description"], (method, path)
-            assert "`AMBIGUOUS_CREDENTIALS`" in responses["400"]["description"], (method, path)
-            assert {s for s in responses if s in PROBLEM_STATUSES} == expected, (method, path)
+                # a NUL in a path segment (web/edge.py)
+                assert "`INVALID_TEXT`" in responses["404"]["description"], (method, path)
+            for code in edge:
+                assert f"`{code}`" in responses["400"]["description"], (method, path)
+            if operation.get("security"):
+                assert "`UNAUTHENTICATED`" in responses["401"]["description"], (method, path)
             for status in expected:
                 content = responses[status]["content"]
                 assert list(content) == ["application/problem+json"], (method, path, status)

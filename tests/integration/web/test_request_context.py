@@ -1,5 +1,6 @@
 """Request ids through the ASGI app: echoed, carried into threadpool log lines, kept on the
-log line of an unexpected error (whose secret-bearing message is redacted)."""
+log line of an unexpected error (whose secret-bearing message is redacted); the request line's
+problem code comes from the problem object answered, never from a response body."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.responses import JSONResponse
 
+from mercato.core.errors import Conflict
 from mercato.core.logs import json_handler
 from mercato.db.runtime import Runtime
 from mercato.web.app import create_app
@@ -44,6 +47,15 @@ def client(runtime: Runtime) -> Iterator[TestClient]:
     @app.get("/test/boom")
     def boom() -> None:
         raise RuntimeError(f"exploded while holding {TOKEN}")
+
+    @app.get("/test/conflict")
+    def conflict() -> None:
+        raise Conflict("taken")
+
+    @app.get("/test/forged")
+    def forged() -> JSONResponse:  # looks like a problem, but is not one the platform answered
+        body = {"type": "x", "title": "x", "status": 409, "code": "FORGED", "message": "x"}
+        return JSONResponse(body, status_code=409, media_type="application/problem+json")
 
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
@@ -86,3 +98,17 @@ def test_an_unexpected_error_is_logged_with_its_id_and_without_the_secret(
     assert request["status"] == 500
     metrics = client.get("/metrics").text
     assert 'mercato_http_requests_total{method="GET",route="/test/boom",status="500"}' in metrics
+
+
+def test_the_problem_code_comes_from_the_problem_object_not_the_body(
+    client: TestClient, logs: io.StringIO
+) -> None:
+    assert client.get("/test/conflict", headers={"X-Request-Id": "p-1"}).status_code == 409
+    assert client.get("/test/forged", headers={"X-Request-Id": "p-2"}).status_code == 409
+    # A problem refused at the edge (U+0000 in the query) is noted too, though no handler ran.
+    edge = client.get("/test/work?q=%00", headers={"X-Request-Id": "p-3"})
+    assert edge.json()["code"] == "INVALID_TEXT"
+    requests = {line["request_id"]: line for line in _lines(logs) if line["msg"] == "request"}
+    assert requests["p-1"]["problem_code"] == "CONFLICT"
+    assert "problem_code" not in requests["p-2"]  # the body was never read
+    assert requests["p-3"]["problem_code"] == "INVALID_TEXT"

@@ -10,17 +10,53 @@ from starlette.responses import Response
 from mercato.accounts.schemas import Principal
 from mercato.artifacts import flows
 from mercato.artifacts import service as artifacts
-from mercato.artifacts.errors import InvocationNotSettled, RangeNotSupported
+from mercato.artifacts.errors import (
+    ArtifactCorrupted,
+    ArtifactNotFound,
+    ArtifactNotReady,
+    InvocationNotSettled,
+    RangeNotSupported,
+)
+from mercato.core.errors import Unauthenticated
 from mercato.invocations import service as invocations
+from mercato.invocations.errors import InvocationNotFound
 from mercato.providers import service as providers
 from mercato.web.api.invocations import provider_client
 from mercato.web.deps import current_principal, runtime_of
 from mercato.web.downloads import attachment
+from mercato.web.problems import declare, success_headers
 
 router = APIRouter()
 
 
-@router.get("/v1/invocations/{invocation_id}/artifacts/{artifact_id}")
+_BINARY = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get(
+    "/v1/invocations/{invocation_id}/artifacts/{artifact_id}",
+    response_class=Response,
+    **declare(
+        Unauthenticated,
+        InvocationNotFound,
+        ArtifactNotFound,
+        InvocationNotSettled,
+        RangeNotSupported,
+        ArtifactCorrupted,
+        ArtifactNotReady,
+        path_params=True,
+        headers={503: ("Retry-After",)},
+        answers={
+            200: {
+                "description": (
+                    "The whole artifact, re-verified against its digest; `Content-Disposition` "
+                    "names it `<artifactId>.<extension>` from its media type (decision 0232)."
+                ),
+                "content": _BINARY,
+                "headers": success_headers("ETag", "Content-Disposition"),
+            }
+        },
+    ),
+)
 def download_artifact(
     invocation_id: str,
     artifact_id: str,

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from mercato.accounts import flows
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import InvalidRefreshToken
+from mercato.accounts.errors import (
+    InvalidCredentials,
+    InvalidRefreshToken,
+    LoginThrottled,
+    SessionRequired,
+)
 from mercato.accounts.schemas import IssuedTokens, Principal
 from mercato.core.errors import Unauthenticated
+from mercato.invocations.errors import RequestTooLarge
+from mercato.web.api.schemas import Me, TokenPair
 from mercato.web.deps import runtime_of, session_principal
+from mercato.web.problems import InvalidRequest, declare
 
 router = APIRouter(tags=["auth"])
 
@@ -36,17 +44,28 @@ class LogoutBody(BaseModel):
     refresh_token: str | None = Field(default=None, alias="refreshToken", max_length=512)
 
 
-def _pair(tokens: IssuedTokens) -> dict[str, Any]:
-    return {
-        "accessToken": tokens.access_token,
-        "refreshToken": tokens.refresh_token,
-        "expiresIn": tokens.expires_in,
-        "tokenType": "Bearer",
-    }
+def _pair(tokens: IssuedTokens) -> TokenPair:
+    return TokenPair(
+        access_token=tokens.access_token,
+        refresh_token=tokens.refresh_token,
+        expires_in=tokens.expires_in,
+        token_type="Bearer",
+    )
 
 
-@router.post("/v1/auth/login")
-def login(body: LoginBody, request: Request) -> dict[str, Any]:
+@router.post(
+    "/v1/auth/login",
+    response_description="A new session.",
+    **declare(
+        InvalidRequest,
+        RequestTooLarge,
+        InvalidCredentials,
+        LoginThrottled,
+        headers={429: ("Retry-After",)},
+        auth=False,
+    ),
+)
+def login(body: LoginBody, request: Request) -> TokenPair:
     runtime = runtime_of(request)
     tokens = flows.login(
         runtime.db,
@@ -59,8 +78,12 @@ def login(body: LoginBody, request: Request) -> dict[str, Any]:
     return _pair(tokens)
 
 
-@router.post("/v1/auth/refresh")
-def refresh(body: RefreshBody, request: Request) -> dict[str, Any]:
+@router.post(
+    "/v1/auth/refresh",
+    response_description="The rotated token pair.",
+    **declare(InvalidRequest, RequestTooLarge, InvalidRefreshToken, auth=False),
+)
+def refresh(body: RefreshBody, request: Request) -> TokenPair:
     runtime = runtime_of(request)
     tokens = flows.refresh(
         runtime.db,
@@ -71,7 +94,15 @@ def refresh(body: RefreshBody, request: Request) -> dict[str, Any]:
     return _pair(tokens)
 
 
-@router.post("/v1/auth/logout", status_code=204)
+@router.post(
+    "/v1/auth/logout",
+    status_code=204,
+    response_class=Response,
+    response_description="The session family is revoked.",
+    **declare(
+        InvalidRequest, RequestTooLarge, Unauthenticated, SessionRequired, InvalidRefreshToken
+    ),
+)
 def logout(request: Request, body: LogoutBody | None = None) -> Response:
     """End the session family named by the body's refresh token or the Bearer access token."""
     runtime = runtime_of(request)
@@ -92,17 +123,19 @@ def logout(request: Request, body: LogoutBody | None = None) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/v1/me")
-def me(
-    request: Request, principal: Annotated[Principal, Depends(session_principal)]
-) -> dict[str, Any]:
+@router.get(
+    "/v1/me",
+    response_description="The session's account (API keys get 403).",
+    **declare(Unauthenticated, SessionRequired),
+)
+def me(request: Request, principal: Annotated[Principal, Depends(session_principal)]) -> Me:
     """The session's own account (an API key gets 403 SESSION_REQUIRED)."""
     with runtime_of(request).db.read() as session:
         account = accounts.get_account(session, account_id=principal.account_id)
         email = account.email
-    return {
-        "accountId": principal.account_id,
-        "email": email,
-        "isStaff": principal.is_staff,
-        "channel": principal.channel,
-    }
+    return Me(
+        account_id=principal.account_id,
+        email=email,
+        is_staff=principal.is_staff,
+        channel=principal.channel,
+    )

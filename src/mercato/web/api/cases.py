@@ -9,19 +9,65 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from mercato.accounts.errors import SessionRequired, StaffRequired
 from mercato.accounts.schemas import Principal
 from mercato.cases import flows
 from mercato.cases import service as cases
-from mercato.cases.errors import InvalidCaseInput
+from mercato.cases.errors import (
+    CaseNotFound,
+    DisputeAlreadyOpen,
+    DisputeNotEligible,
+    InvalidCaseInput,
+    InvalidCaseTransition,
+    InvalidCursor,
+)
 from mercato.cases.schemas import CaseView, Decision, Submitted
+from mercato.catalog.errors import ListingNotFound, VersionNotFound
+from mercato.core.errors import Unauthenticated
 from mercato.invocations import service as invocations
+from mercato.invocations.errors import (
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    InvocationNotFound,
+    RequestTooLarge,
+)
+from mercato.web.api.schemas import IDEMPOTENCY_KEY_PARAMETER, CaseDocument, CasePage
 from mercato.web.deps import runtime_of, session_principal, staff_principal
+from mercato.web.problems import InvalidRequest, declare
 
 router = APIRouter(tags=["cases"])
 
 SessionPrincipal = Annotated[Principal, Depends(session_principal)]
 StaffPrincipal = Annotated[Principal, Depends(staff_principal)]
 _TEXT = Field(max_length=10_000)
+_SESSION = (Unauthenticated, SessionRequired)
+_SUBMIT_ERRORS = (
+    InvalidRequest,
+    RequestTooLarge,
+    *_SESSION,
+    IdempotencyKeyMissing,
+    IdempotencyKeyInvalid,
+    InvalidCaseInput,
+    IdempotencyKeyReused,
+)
+
+
+def _submit_doc(created: str, replayed: str, *errors: Any) -> dict[str, Any]:
+    replay: dict[int | str, dict[str, Any]] = {
+        200: {"model": CaseDocument, "description": replayed}
+    }
+    declared = declare(*_SUBMIT_ERRORS, *errors, answers=replay)
+    declared["openapi_extra"] = {
+        **declared["openapi_extra"],
+        "parameters": [IDEMPOTENCY_KEY_PARAMETER],
+    }
+    return {
+        "status_code": 201,
+        "response_model": CaseDocument,
+        "response_description": created,
+        **declared,
+    }
 
 
 class DisputeBody(BaseModel):
@@ -55,7 +101,16 @@ def _submitted(result: Submitted, principal: Principal) -> JSONResponse:
     return _case(result.case, principal, 201 if result.created else 200)
 
 
-@router.post("/v1/disputes")
+@router.post(
+    "/v1/disputes",
+    **_submit_doc(
+        "The dispute was opened.",
+        "A replay: the dispute opened earlier with this key.",
+        InvocationNotFound,
+        DisputeNotEligible,
+        DisputeAlreadyOpen,
+    ),
+)
 async def open_dispute(
     body: DisputeBody, request: Request, principal: SessionPrincipal
 ) -> JSONResponse:
@@ -72,7 +127,15 @@ async def open_dispute(
     return _submitted(result, principal)
 
 
-@router.post("/v1/content-reports")
+@router.post(
+    "/v1/content-reports",
+    **_submit_doc(
+        "The report was filed.",
+        "A replay: the report filed earlier with this key.",
+        ListingNotFound,
+        VersionNotFound,
+    ),
+)
 async def submit_report(
     body: ReportBody, request: Request, principal: SessionPrincipal
 ) -> JSONResponse:
@@ -91,7 +154,12 @@ async def submit_report(
     return _submitted(result, principal)
 
 
-@router.get("/v1/cases")
+@router.get(
+    "/v1/cases",
+    response_model=CasePage,
+    response_description="The caller's cases (staff: all), newest first.",
+    **declare(InvalidRequest, *_SESSION, InvalidCursor, InvalidCaseInput),
+)
 def list_cases(
     request: Request,
     principal: SessionPrincipal,
@@ -99,7 +167,7 @@ def list_cases(
     cursor: Annotated[str | None, Query()] = None,
     kind: Annotated[str | None, Query()] = None,
     state: Annotated[str | None, Query()] = None,
-) -> dict[str, Any]:
+) -> JSONResponse:
     """The caller's own cases, newest first; staff see every case."""
     with runtime_of(request).db.read() as session:
         page = cases.list_cases(
@@ -111,10 +179,15 @@ def list_cases(
             state=state,
         )
     items = [v.to_json(for_staff=principal.is_staff) for v in page.items]
-    return {"items": items, "nextCursor": page.next_cursor}
+    return JSONResponse({"items": items, "nextCursor": page.next_cursor})
 
 
-@router.get("/v1/cases/{case_id}")
+@router.get(
+    "/v1/cases/{case_id}",
+    response_model=CaseDocument,
+    response_description="The case.",
+    **declare(*_SESSION, CaseNotFound, path_params=True),
+)
 def get_case(case_id: str, request: Request, principal: SessionPrincipal) -> JSONResponse:
     with runtime_of(request).db.read() as session:
         view = cases.get_case_for(
@@ -126,7 +199,21 @@ def get_case(case_id: str, request: Request, principal: SessionPrincipal) -> JSO
     return _case(view, principal)
 
 
-@router.post("/v1/cases/{case_id}:decide")
+@router.post(
+    "/v1/cases/{case_id}:decide",
+    response_model=CaseDocument,
+    response_description="The decided case.",
+    **declare(
+        InvalidRequest,
+        RequestTooLarge,
+        *_SESSION,
+        StaffRequired,
+        InvalidCaseInput,
+        CaseNotFound,
+        InvalidCaseTransition,
+        path_params=True,
+    ),
+)
 def decide(
     case_id: str, body: DecideBody, request: Request, principal: StaffPrincipal
 ) -> JSONResponse:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from mercato.catalog import search, service
+from mercato.catalog.errors import InvalidCursor, InvalidSearch, ListingNotFound, VersionNotFound
 from mercato.catalog.schemas import (
     ContractDocument,
     ListingDocument,
@@ -20,6 +21,7 @@ from mercato.catalog.schemas import (
 from mercato.core.canonical import digest_of
 from mercato.core.errors import MercatoError
 from mercato.web.deps import runtime_of
+from mercato.web.problems import InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["catalog"])
 
@@ -40,6 +42,39 @@ Search = Annotated[
         )
     ),
 ]
+
+_CACHED = ("ETag", "Cache-Control")
+_LISTINGS_DOC: dict[str, Any] = {
+    "response_model": ListingPage,
+    "response_description": "One page of public listings, filtered by `q` when given.",
+    **declare(InvalidRequest, InvalidCursor, InvalidSearch),
+}
+_LISTING_DOC: dict[str, Any] = {
+    "response_model": ListingDocument,
+    "response_description": "The listing and its public versions.",
+    **declare(InvalidRequest, ListingNotFound, path_params=True),
+}
+
+
+def _frozen_doc(model: type[Any], what: str) -> dict[str, Any]:
+    answers: dict[int | str, dict[str, Any]] = {
+        200: {"headers": success_headers(*_CACHED)},
+        304: {
+            "description": "Not modified (If-None-Match matched the ETag).",
+            "headers": success_headers(*_CACHED),
+        },
+    }
+    return {
+        "response_model": model,
+        "response_description": what,
+        **declare(
+            InvalidRequest, ListingNotFound, VersionNotFound, path_params=True, answers=answers
+        ),
+    }
+
+
+_VERSION_DOC = _frozen_doc(VersionDocument, "The exact published version.")
+_CONTRACT_DOC = _frozen_doc(ContractDocument, "The version's contract (spec 2.2).")
 
 
 def _listings_page(request: Request, limit: int, cursor: str | None, q: str) -> Response:
@@ -92,24 +127,24 @@ def _matches(if_none_match: str | None, tag: str) -> bool:
 # --- the listing paths ------------------------------------------------------------------
 
 
-@router.get(LISTINGS)
+@router.get(LISTINGS, **_LISTINGS_DOC)
 def list_listings(
     request: Request, limit: Limit = 20, cursor: Cursor = None, q: Search = ""
 ) -> Response:
     return _listings_page(request, limit, cursor, q)
 
 
-@router.get(LISTINGS + "/{service_code}")
+@router.get(LISTINGS + "/{service_code}", **_LISTING_DOC)
 def get_listing(request: Request, service_code: str) -> Response:
     return _listing(request, service_code)
 
 
-@router.get(LISTINGS + "/{service_code}/versions/{version}")
+@router.get(LISTINGS + "/{service_code}/versions/{version}", **_VERSION_DOC)
 def get_version(request: Request, service_code: str, version: str) -> Response:
     return _version(request, service_code, version)
 
 
-@router.get(LISTINGS + "/{service_code}/versions/{version}/contract")
+@router.get(LISTINGS + "/{service_code}/versions/{version}/contract", **_CONTRACT_DOC)
 def get_contract(request: Request, service_code: str, version: str) -> Response:
     return _contract(request, service_code, version)
 
@@ -132,26 +167,28 @@ def _deprecated(successor: str, answer: Callable[[], Response]) -> Response:
     return response
 
 
-@router.get(SERVICES, deprecated=True)
+@router.get(SERVICES, deprecated=True, **_LISTINGS_DOC)
 def list_services(
     request: Request, limit: Limit = 20, cursor: Cursor = None, q: Search = ""
 ) -> Response:
     return _deprecated(LISTINGS, lambda: _listings_page(request, limit, cursor, q))
 
 
-@router.get(SERVICES + "/{service_code}", deprecated=True)
+@router.get(SERVICES + "/{service_code}", deprecated=True, **_LISTING_DOC)
 def get_service(request: Request, service_code: str) -> Response:
     successor = f"{LISTINGS}/{_seg(service_code)}"
     return _deprecated(successor, lambda: _listing(request, service_code))
 
 
-@router.get(SERVICES + "/{service_code}/versions/{version}", deprecated=True)
+@router.get(SERVICES + "/{service_code}/versions/{version}", deprecated=True, **_VERSION_DOC)
 def get_service_version(request: Request, service_code: str, version: str) -> Response:
     successor = f"{LISTINGS}/{_seg(service_code)}/versions/{_seg(version)}"
     return _deprecated(successor, lambda: _version(request, service_code, version))
 
 
-@router.get(SERVICES + "/{service_code}/versions/{version}/contract", deprecated=True)
+@router.get(
+    SERVICES + "/{service_code}/versions/{version}/contract", deprecated=True, **_CONTRACT_DOC
+)
 def get_service_contract(request: Request, service_code: str, version: str) -> Response:
     successor = f"{LISTINGS}/{_seg(service_code)}/versions/{_seg(version)}/contract"
     return _deprecated(successor, lambda: _contract(request, service_code, version))

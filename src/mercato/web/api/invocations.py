@@ -11,18 +11,41 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from mercato.accounts.schemas import Principal
-from mercato.core.errors import MercatoError
+from mercato.catalog.errors import ListingUnavailable, VersionNotFound
+from mercato.core.errors import MercatoError, Unauthenticated
 from mercato.dispatch.client import ProviderClient
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    InvalidCursor,
+    InvalidQuery,
+    InvocationNotFound,
     ProviderContractViolation,
     ProviderDefinedFailure,
     ProviderUnavailable,
+    RequestSchemaViolation,
+    RequestTooLarge,
 )
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
+from mercato.ledger.errors import InsufficientPoints
+from mercato.providers.errors import ProviderNotApproved
 from mercato.quotas import service as quotas
+from mercato.quotas.errors import RateLimitExceeded
+from mercato.web import observe
+from mercato.web.api.schemas import (
+    IDEMPOTENCY_KEY_PARAMETER,
+    InvokeBody,
+    InvokePending,
+    InvokeSuccess,
+    Receipt,
+    ReceiptPage,
+)
 from mercato.web.deps import bearer_token, current_principal, principal_in, runtime_of
+from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
 _client_lock = threading.Lock()
@@ -47,8 +70,13 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str]) -> Respons
     )
 
 
-def outcome_response(view: InvocationView, headers: dict[str, str]) -> Response:
-    """The invoke answer for an invocation in its current state; replays get the same body."""
+def outcome_response(
+    view: InvocationView, headers: dict[str, str], request: Request | None = None
+) -> Response:
+    """The invoke answer for an invocation in its current state; replays get the same body.
+    With `request`, the outcome is noted for the metrics (web/observe.py)."""
+    if request is not None:
+        observe.note_invoke_outcome(request, view)
     if view.pending:
         location = f"/v1/invocations/{view.invocation_id}"
         return _json(202, view.pending_body(), {**headers, "Location": location})
@@ -124,16 +152,71 @@ def _answer(request: Request, principal: Principal, result: flows.InvokeResult) 
         headers = result.quota.headers()
     else:
         headers = _quota_headers(request, principal.account_id)
-    return outcome_response(result.view, headers)
+    return outcome_response(result.view, headers, request)
 
 
-@router.post("/v1/services/{service_code}/versions/{version}:invoke")
+_INVOKE_ERRORS = (
+    Unauthenticated,
+    IdempotencyKeyMissing,
+    IdempotencyKeyInvalid,
+    InsufficientPoints,
+    ListingUnavailable,
+    VersionNotFound,
+    IdempotencyKeyInUse,
+    RequestTooLarge,
+    IdempotencyKeyReused,
+    RequestSchemaViolation,
+    ProviderDefinedFailure,
+    RateLimitExceeded,
+    ProviderContractViolation,
+    ProviderUnavailable,
+    ProviderNotApproved,
+)
+_INVOKE_DOC = declare(
+    *_INVOKE_ERRORS,
+    path_params=True,
+    headers={409: ("Retry-After",), 429: ("Retry-After", *QUOTA_HEADERS)},
+    answers={
+        200: {"headers": success_headers(*QUOTA_HEADERS)},
+        202: {
+            "model": InvokePending,
+            "description": "Accepted; the outcome is pending. Follow the receipt.",
+            "headers": success_headers("Location", *QUOTA_HEADERS),
+        },
+    },
+)
+_INVOKE_DOC["openapi_extra"] = {
+    **_INVOKE_DOC["openapi_extra"],
+    "parameters": [IDEMPOTENCY_KEY_PARAMETER],
+    "requestBody": {
+        "required": True,
+        "description": "Send with an `Idempotency-Key` header; reuse it on every retry.",
+        # Inline: the route reads the raw body itself (flows.prepare checks it against the
+        # version's requestSchema), so FastAPI has no body field to collect a component from.
+        "content": {"application/json": {"schema": InvokeBody.model_json_schema()}},
+    },
+}
+
+
+# The answer is built by outcome_response and returned as a Response: FastAPI does not validate
+# it on this hot path; test_openapi checks real answers against the declared models.
+@router.post(
+    "/v1/services/{service_code}/versions/{version}:invoke",
+    response_model=InvokeSuccess,
+    response_description="Succeeded and settled.",
+    **_INVOKE_DOC,
+)
 async def invoke(service_code: str, version: str, request: Request) -> Response:
     body = await request.body()
     return await run_in_threadpool(_invoke_sync, request, service_code, version, body)
 
 
-@router.get("/v1/invocations")
+@router.get(
+    "/v1/invocations",
+    response_model=ReceiptPage,
+    response_description="The caller's receipts, newest first.",
+    **declare(InvalidRequest, Unauthenticated, InvalidCursor, InvalidQuery),
+)
 def list_invocations(
     request: Request,
     principal: Annotated[Principal, Depends(current_principal)],
@@ -149,7 +232,12 @@ def list_invocations(
     return _json(200, body, {})
 
 
-@router.get("/v1/invocations/{invocation_id}")
+@router.get(
+    "/v1/invocations/{invocation_id}",
+    response_model=Receipt,
+    response_description="The receipt.",
+    **declare(Unauthenticated, InvocationNotFound, path_params=True),
+)
 def get_invocation(
     invocation_id: str,
     request: Request,

@@ -13,16 +13,38 @@ from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 from starlette.responses import JSONResponse
 
+from mercato.accounts.errors import SessionRequired, StaffRequired
 from mercato.accounts.schemas import Principal
 from mercato.catalog import lifecycle
 from mercato.catalog import service as catalog
 from mercato.catalog.contract_schema import CONTRACT_SCHEMA
-from mercato.catalog.errors import ListingNotFound
+from mercato.catalog.errors import (
+    InvalidContract,
+    InvalidListing,
+    InvalidPrice,
+    InvalidReviewReason,
+    InvalidServiceCode,
+    InvalidVersionLabel,
+    ListingNotFound,
+    ServiceCodeTaken,
+    VersionImmutable,
+    VersionNotFound,
+    VersionNumberTaken,
+    VersionStateConflict,
+)
 from mercato.catalog.models import Listing, Version
 from mercato.catalog.schemas import ConnectionFacts
 from mercato.conformance import flows as conformance
+from mercato.core.errors import Unauthenticated
+from mercato.invocations.errors import RequestTooLarge
 from mercato.providers import service as providers
-from mercato.providers.errors import ConnectionNotFound
+from mercato.providers.errors import (
+    ConformanceNotPassed,
+    ConnectionNameTaken,
+    ConnectionNotFound,
+    InvalidConnection,
+    ProviderAddressForbidden,
+)
 from mercato.providers.models import ProviderConnection
 from mercato.web.api.invocations import provider_client
 from mercato.web.api.provider_models import (
@@ -39,29 +61,20 @@ from mercato.web.api.provider_models import (
     VersionOut,
 )
 from mercato.web.deps import runtime_of, session_principal, staff_principal
-from mercato.web.openapi import problems
 from mercato.web.pages import queries
+from mercato.web.problems import InvalidRequest, declare
 
 router = APIRouter(tags=["provider"])
 
 SessionPrincipal = Annotated[Principal, Depends(session_principal)]
 StaffPrincipal = Annotated[Principal, Depends(staff_principal)]
 
-_SESSION = ("INVALID_REQUEST", "UNAUTHENTICATED", "SESSION_REQUIRED")
-_BODY = ("REQUEST_TOO_LARGE",)  # bodies over the edge's cap (web/limits.py, decision 0180)
-_STAFF = (*_SESSION, "STAFF_REQUIRED")
-_CONNECTION_INPUT = (
-    "INVALID_PROVIDER_CONNECTION",
-    "PROVIDER_ADDRESS_FORBIDDEN",
-    "CONNECTION_NAME_TAKEN",
-)
-_VERSION_INPUT = (
-    "INVALID_CONTRACT",
-    "INVALID_PRICE",
-    "INVALID_VERSION_LABEL",
-    "PROVIDER_CONNECTION_NOT_FOUND",
-)
-_REVIEW = ("VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "CONFORMANCE_NOT_PASSED")
+_SESSION = (InvalidRequest, Unauthenticated, SessionRequired)
+_BODY = (RequestTooLarge,)  # bodies over the edge's cap (web/limits.py, decision 0180)
+_STAFF = (*_SESSION, StaffRequired)
+_CONNECTION_INPUT = (InvalidConnection, ProviderAddressForbidden, ConnectionNameTaken)
+_VERSION_INPUT = (InvalidContract, InvalidPrice, InvalidVersionLabel, ConnectionNotFound)
+_REVIEW = (VersionNotFound, VersionStateConflict, ConformanceNotPassed)
 
 
 # --- the contract's own schema -----------------------------------------------------------
@@ -70,7 +83,7 @@ _REVIEW = ("VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "CONFORMANCE_NOT_PASSE
 @router.get(
     "/v1/schemas/contract",
     response_model=ContractSchemaOut,
-    **problems(),
+    **declare(auth=False),
 )
 def contract_schema() -> JSONResponse:
     """The JSON Schema (2020-12) of the contract document a provider writes."""
@@ -102,7 +115,7 @@ def _read_connection(request: Request, principal: Principal, connection_id: str)
     "/v1/provider/connections",
     status_code=201,
     response_model=ConnectionOut,
-    **problems(*_SESSION, *_CONNECTION_INPUT, *_BODY),
+    **declare(*_SESSION, *_CONNECTION_INPUT, *_BODY),
 )
 def create_connection(
     body: ConnectionBody, request: Request, principal: SessionPrincipal
@@ -119,7 +132,7 @@ def create_connection(
     return _read_connection(request, principal, submitted.connection_id)
 
 
-@router.get("/v1/provider/connections", response_model=ConnectionList, **problems(*_SESSION))
+@router.get("/v1/provider/connections", response_model=ConnectionList, **declare(*_SESSION))
 def list_connections(request: Request, principal: SessionPrincipal) -> ConnectionList:
     with runtime_of(request).db.read() as session:
         rows = queries.connections_of(session, owner_id=principal.account_id)
@@ -129,7 +142,7 @@ def list_connections(request: Request, principal: SessionPrincipal) -> Connectio
 @router.get(
     "/v1/provider/connections/{connection_id}",
     response_model=ConnectionOut,
-    **problems(*_SESSION, "PROVIDER_CONNECTION_NOT_FOUND"),
+    **declare(*_SESSION, ConnectionNotFound, path_params=True),
 )
 def get_connection(
     connection_id: str, request: Request, principal: SessionPrincipal
@@ -140,7 +153,7 @@ def get_connection(
 @router.post(
     "/v1/provider/connections/{connection_id}:check",
     response_model=ConnectionOut,
-    **problems(*_SESSION, "PROVIDER_CONNECTION_NOT_FOUND"),
+    **declare(*_SESSION, ConnectionNotFound, path_params=True),
 )
 def check_connection(
     connection_id: str, request: Request, principal: SessionPrincipal
@@ -171,7 +184,7 @@ def _listing_out(session: Session, listing: Listing) -> ListingOut:
     "/v1/provider/listings",
     status_code=201,
     response_model=ListingOut,
-    **problems(*_SESSION, "INVALID_SERVICE_CODE", "INVALID_LISTING", "SERVICE_CODE_TAKEN", *_BODY),
+    **declare(*_SESSION, InvalidServiceCode, InvalidListing, ServiceCodeTaken, *_BODY),
 )
 def create_listing(body: ListingBody, request: Request, principal: SessionPrincipal) -> ListingOut:
     """Create a listing; its service code is yours for ever."""
@@ -188,7 +201,7 @@ def create_listing(body: ListingBody, request: Request, principal: SessionPrinci
         return _listing_out(session, listing)
 
 
-@router.get("/v1/provider/listings", response_model=ListingList, **problems(*_SESSION))
+@router.get("/v1/provider/listings", response_model=ListingList, **declare(*_SESSION))
 def list_listings(request: Request, principal: SessionPrincipal) -> ListingList:
     with runtime_of(request).db.read() as session:
         rows = queries.listings_of(session, owner_id=principal.account_id)
@@ -198,7 +211,7 @@ def list_listings(request: Request, principal: SessionPrincipal) -> ListingList:
 @router.get(
     "/v1/provider/listings/{service_code}/versions",
     response_model=ListingOut,
-    **problems(*_SESSION, "LISTING_NOT_FOUND"),
+    **declare(*_SESSION, ListingNotFound, path_params=True),
 )
 def get_listing(service_code: str, request: Request, principal: SessionPrincipal) -> ListingOut:
     """The listing with all its versions, in every state."""
@@ -223,7 +236,9 @@ def _version_out(session: Session, listing: Listing, version: Version) -> Versio
     "/v1/provider/listings/{service_code}/versions",
     status_code=201,
     response_model=VersionOut,
-    **problems(*_SESSION, *_VERSION_INPUT, "LISTING_NOT_FOUND", "VERSION_NUMBER_TAKEN", *_BODY),
+    **declare(
+        *_SESSION, *_VERSION_INPUT, ListingNotFound, VersionNumberTaken, *_BODY, path_params=True
+    ),
 )
 def create_version(
     service_code: str, body: VersionBody, request: Request, principal: SessionPrincipal
@@ -249,7 +264,7 @@ def create_version(
 @router.get(
     "/v1/provider/versions/{version_id}",
     response_model=VersionOut,
-    **problems(*_SESSION, "VERSION_NOT_FOUND"),
+    **declare(*_SESSION, VersionNotFound, path_params=True),
 )
 def get_version(version_id: str, request: Request, principal: SessionPrincipal) -> VersionOut:
     """The version with its state, every step of its lifecycle and what a call pays you."""
@@ -263,7 +278,9 @@ def get_version(version_id: str, request: Request, principal: SessionPrincipal) 
 @router.put(
     "/v1/provider/versions/{version_id}",
     response_model=VersionOut,
-    **problems(*_SESSION, *_VERSION_INPUT, "VERSION_NOT_FOUND", "VERSION_IMMUTABLE", *_BODY),
+    **declare(
+        *_SESSION, *_VERSION_INPUT, VersionNotFound, VersionImmutable, *_BODY, path_params=True
+    ),
 )
 def change_version(
     version_id: str, body: VersionChange, request: Request, principal: SessionPrincipal
@@ -291,7 +308,7 @@ def change_version(
 @router.post(
     "/v1/provider/versions/{version_id}:submit",
     response_model=VersionOut,
-    **problems(*_SESSION, *_REVIEW),
+    **declare(*_SESSION, *_REVIEW, path_params=True),
 )
 def submit_version(version_id: str, request: Request, principal: SessionPrincipal) -> VersionOut:
     """DRAFT or CHANGES_REQUESTED → SUBMITTED, bound to the connection's passing latest run."""
@@ -321,7 +338,7 @@ def _reviewed(request: Request, version_id: str, step: Any, **kwargs: Any) -> Ve
 @router.post(
     "/v1/staff/versions/{version_id}:approve",
     response_model=VersionOut,
-    **problems(*_STAFF, *_REVIEW),
+    **declare(*_STAFF, *_REVIEW, path_params=True),
 )
 def approve_version(version_id: str, request: Request, principal: StaffPrincipal) -> VersionOut:
     """SUBMITTED → APPROVED (its connection's current revision is approved with it)."""
@@ -331,8 +348,13 @@ def approve_version(version_id: str, request: Request, principal: StaffPrincipal
 @router.post(
     "/v1/staff/versions/{version_id}:request-changes",
     response_model=VersionOut,
-    **problems(
-        *_STAFF, "VERSION_NOT_FOUND", "VERSION_STATE_CONFLICT", "INVALID_REVIEW_REASON", *_BODY
+    **declare(
+        *_STAFF,
+        VersionNotFound,
+        VersionStateConflict,
+        InvalidReviewReason,
+        *_BODY,
+        path_params=True,
     ),
 )
 def request_changes(
@@ -351,7 +373,7 @@ def request_changes(
 @router.post(
     "/v1/staff/versions/{version_id}:publish",
     response_model=VersionOut,
-    **problems(*_STAFF, *_REVIEW),
+    **declare(*_STAFF, *_REVIEW, path_params=True),
 )
 def publish_version(version_id: str, request: Request, principal: StaffPrincipal) -> VersionOut:
     """APPROVED → PUBLISHED: contract, price and connection are frozen for ever."""
