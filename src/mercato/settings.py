@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     # stuck: staff see it and may resolve it (decision 0201).
     stuck_after_attempts: int = Field(default=20, ge=1)
     stuck_after_seconds: int = Field(default=86400, ge=1)
+    # How long `/health/ready` waits for the database's `SELECT 1` (decision 0272).
+    ready_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
 
