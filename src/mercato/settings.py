@@ -124,11 +124,21 @@ class Settings(BaseSettings):
 
 
 def _proxy_entries(text: str) -> list[str]:
-    """Split MERCATO_TRUSTED_PROXIES, refusing anything but IP addresses and networks."""
-    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
-    for entry in entries:
+    """Split MERCATO_TRUSTED_PROXIES, refusing anything but IP addresses and networks.
+
+    Each entry comes back in canonical form: an address as such, a network with its host bits
+    cleared (`10.0.0.1/8` is `10.0.0.0/8`), as the proxy-header middleware matches networks
+    only in that form.
+    """
+    entries = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
         try:
-            ipaddress.ip_network(entry, strict=False)
+            if "/" in entry:
+                entries.append(str(ipaddress.ip_network(entry, strict=False)))
+            else:
+                entries.append(str(ipaddress.ip_address(entry)))
         except ValueError:
             raise SettingsError(
                 f"MERCATO_TRUSTED_PROXIES: {entry!r} is not an IP address or network; give "

@@ -107,6 +107,9 @@ class RequestContext:
             "route": route,
             "status": status,
             "duration_ms": round(elapsed * 1000, 1),
+            # The client address every other part sees: the peer's, or the forwarded one
+            # from a trusted proxy only (decision 0221; rewritten by the outermost layer).
+            "client": client_address(scope),
         }
         principal = scope.get("state", {}).get("principal")
         if principal is not None:
@@ -121,6 +124,12 @@ class RequestContext:
                 QUOTA_REJECTIONS.inc()
             fields["outcome"] = outcome
         log.info("request", extra=fields)
+
+
+def client_address(scope: Scope) -> str | None:
+    """The request's client address after the trusted-proxy rule (None when unknown)."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _problem_code(body: bytearray) -> str | None:
