@@ -114,6 +114,9 @@ class RequestContext:
         principal = scope.get("state", {}).get("principal")
         if principal is not None:
             fields["account_id"] = getattr(principal, "account_id", None)
+        invocation_id = scope.get("state", {}).get("invocation_id")
+        if invocation_id is not None:
+            fields["invocation_id"] = invocation_id  # joins the worker's lines (decision 0274)
         if code is not None:
             fields["problem_code"] = code
         if route == INVOKE_ROUTE:
