@@ -8,8 +8,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,9 +31,41 @@ STRANGER = "127.0.0.3"  # an untrusted peer
 Seen = dict[str, str | None]
 
 
+class Logs(io.StringIO):
+    """The JSON lines written so far, and a wait for a line the server writes after it sent
+    its response (the request line is written once the response has gone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self.written:
+            count = super().write(text)
+            self.written.notify_all()
+        return count
+
+    def lines(self) -> list[dict[str, Any]]:
+        with self.written:
+            return [json.loads(line) for line in self.getvalue().splitlines()]
+
+    def request_line(self, request_id: str) -> dict[str, Any]:
+        def found() -> list[dict[str, Any]]:
+            return [
+                line
+                for line in self.lines()
+                if line["request_id"] == request_id and line["msg"] == "request"
+            ]
+
+        with self.written:
+            assert self.written.wait_for(found, timeout=30), f"no request line for {request_id}"
+        (line,) = found()
+        return line
+
+
 @pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
+def logs() -> Iterator[Logs]:
+    stream = Logs()
     handler = json_handler(stream)
     root = logging.getLogger()
     previous = root.level
@@ -71,24 +105,19 @@ def serve(db_url: str, tmp_path: Path) -> Iterator[Callable[[str], str]]:
         runtime.db.dispose()
 
 
-def _ask(url: str, peer: str, logs: io.StringIO, **headers: str) -> tuple[Seen, Seen]:
+def _ask(url: str, peer: str, logs: Logs, **headers: str) -> tuple[Seen, Seen]:
     """(what the route saw, what the request log line said) for one request from `peer`."""
     transport = httpx.HTTPTransport(local_address=peer)
     with httpx.Client(transport=transport, timeout=30) as client:
         response = client.get(f"{url}/test/whoami", headers=headers)
     assert response.status_code == 200, response.text
-    request_id = response.headers["x-request-id"]
-    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
-    logged = [
-        line for line in lines if line["request_id"] == request_id and line["msg"] == "request"
-    ]
-    assert len(logged) == 1
+    logged = logs.request_line(response.headers["x-request-id"])
     seen: Seen = response.json()
-    return seen, {"client": logged[0]["client"]}
+    return seen, {"client": logged["client"]}
 
 
 def test_an_untrusted_peer_cannot_claim_another_address(
-    serve: Callable[[str], str], logs: io.StringIO
+    serve: Callable[[str], str], logs: Logs
 ) -> None:
     url = serve(PROXY)
     seen, logged = _ask(
@@ -98,16 +127,14 @@ def test_an_untrusted_peer_cannot_claim_another_address(
     assert logged == {"client": STRANGER}
 
 
-def test_nothing_is_trusted_when_the_list_is_empty(
-    serve: Callable[[str], str], logs: io.StringIO
-) -> None:
+def test_nothing_is_trusted_when_the_list_is_empty(serve: Callable[[str], str], logs: Logs) -> None:
     url = serve("")
     seen, logged = _ask(url, PROXY, logs, **{"X-Forwarded-For": "198.51.100.7"})
     assert seen["client"] == PROXY and logged == {"client": PROXY}
 
 
 def test_a_trusted_proxy_gives_the_client_address_and_scheme(
-    serve: Callable[[str], str], logs: io.StringIO
+    serve: Callable[[str], str], logs: Logs
 ) -> None:
     url = serve(PROXY)
     seen, logged = _ask(
@@ -118,7 +145,7 @@ def test_a_trusted_proxy_gives_the_client_address_and_scheme(
 
 
 def test_several_hops_give_the_right_most_untrusted_address(
-    serve: Callable[[str], str], logs: io.StringIO
+    serve: Callable[[str], str], logs: Logs
 ) -> None:
     # A client forged the left-most entry; an inner proxy (10.0.0.0/8, trusted) forwarded it.
     # A network written with host bits set is accepted and matched as its network.
@@ -137,20 +164,22 @@ def test_several_hops_give_the_right_most_untrusted_address(
 
 
 def test_the_login_throttle_counts_the_same_address(
-    serve: Callable[[str], str], logs: io.StringIO, db_url: str, tmp_path: Path
+    serve: Callable[[str], str], logs: Logs, db_url: str, tmp_path: Path
 ) -> None:
     url = serve(PROXY)
     transport = httpx.HTTPTransport(local_address=PROXY)
     body = {"email": "nobody@example.com", "password": "not the password"}
+    logged = []
     with httpx.Client(transport=transport, timeout=30) as client:
         for _ in range(2):
             response = client.post(
                 f"{url}/v1/auth/login", json=body, headers={"X-Forwarded-For": "198.51.100.7"}
             )
             assert response.status_code == 401
-    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
-    logins = [line for line in lines if line.get("route") == "/v1/auth/login"]
-    assert [line["client"] for line in logins] == ["198.51.100.7", "198.51.100.7"]
+            logged.append(logs.request_line(response.headers["x-request-id"]))
+    assert [(line["route"], line["client"]) for line in logged] == [
+        ("/v1/auth/login", "198.51.100.7")
+    ] * 2
     # The failures were counted against the forwarded address, not the proxy's.
     settings = Settings(env="dev", data_dir=tmp_path, database_url=db_url)
     runtime = Runtime.from_settings(settings)
