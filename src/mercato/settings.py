@@ -161,20 +161,32 @@ def _check_database_url(url: str) -> None:
         )
 
 
-def describe_settings_error(error: Exception) -> str:
-    """One line naming each bad variable and how to fix it (never a value that may be secret)."""
+def describe_settings_error(error: Exception, model: type[BaseSettings] | None = None) -> str:
+    """One line naming each bad variable and how to fix it (never a value that may be secret).
+
+    `model` is the settings class that failed (default: `Settings`); its `env_prefix` and
+    aliases give the variable names, its defaults the fix.
+    """
     if not isinstance(error, ValidationError):
         return " ".join(str(error).split())
+    model = model or Settings
+    prefix = str(model.model_config.get("env_prefix") or "").upper()
     problems = []
     for detail in error.errors():
         message = str(detail["msg"]).removeprefix("Value error, ")
         if message.startswith(ENV_PREFIX) or not detail["loc"]:
             problems.append(message)
             continue
-        field_name = str(detail["loc"][0])
-        name = ENV_PREFIX + field_name.upper()
-        field = Settings.model_fields.get(field_name)
-        if field is not None and field.default is not None and field_name != "secret_key":
+        located = str(detail["loc"][0])
+        field_name = next(
+            (n for n, f in model.model_fields.items() if located in (n, f.validation_alias)),
+            located,
+        )
+        field = model.model_fields.get(field_name)
+        alias = field.validation_alias if field is not None else None
+        name = alias if isinstance(alias, str) else prefix + field_name.upper()
+        secret = field is not None and "Secret" in str(field.annotation)
+        if field is not None and field.default is not None and not secret:
             default = field.default
             shown = str(default) if isinstance(default, Path) else repr(default)
             fix = f"set a valid value, or unset it for the default {shown}"

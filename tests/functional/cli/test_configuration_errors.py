@@ -136,3 +136,13 @@ def test_an_unreachable_database_is_one_line_without_its_password(tmp_path: Path
     result = _run(ENTRY_POINTS["admin"], env, tmp_path)
     err = _assert_one_line(result, "MERCATO_DATABASE_URL", "is running", code=1)
     assert err.startswith("error: the database named by MERCATO_DATABASE_URL failed")
+
+
+@pytest.mark.parametrize("command", ["refresh", "serve"])
+def test_the_example_provider_names_its_bad_variable_on_one_line(
+    command: str, tmp_path: Path
+) -> None:
+    env = _clean_env(tmp_path, MERCATO_ENV="dev", MERCATO_DAILY_RANKING_REQUEST_DELAY_SECONDS="x")
+    result = _run(["mercato", "daily-ranking", command], env, tmp_path)
+    err = _assert_one_line(result, "MERCATO_DAILY_RANKING_REQUEST_DELAY_SECONDS", "default 1.0")
+    assert err.startswith("configuration error: MERCATO_DAILY_RANKING_REQUEST_DELAY_SECONDS")
