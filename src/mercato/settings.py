@@ -283,6 +283,13 @@ def _demo_defaults() -> dict[str, Any]:
         recorded.get("MERCATO_DATABASE_URL", "")
     ):
         return {}
+    if document.get("secretKeyGiven") is True and "MERCATO_SECRET_KEY" not in environment:
+        # Without it stored provider credentials could not be read, and new ones would be
+        # sealed with the wrong key.
+        raise SettingsError(
+            f"MERCATO_SECRET_KEY: the demo recorded in {path} runs with its own secret key; "
+            "set the same MERCATO_SECRET_KEY for this command"
+        )
     known = _field_variables()
     return {
         known[name]: value

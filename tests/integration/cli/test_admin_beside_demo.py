@@ -104,3 +104,15 @@ def test_an_unreadable_record_is_one_line_naming_the_file(demo_dir: Path) -> Non
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("configuration error: MERCATO_DATA_DIR: the demo settings")
     assert "Traceback" not in result.stderr
+
+
+def test_a_demo_run_with_its_own_secret_key_needs_it_here_too(
+    demo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MERCATO_SECRET_KEY", SECRET)
+    record_demo_settings(load_settings())
+    refused = _mercato("admin", "verify-ledger", cwd=demo_dir)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith("configuration error: MERCATO_SECRET_KEY: the demo")
+    given = _mercato("admin", "verify-ledger", cwd=demo_dir, MERCATO_SECRET_KEY=SECRET)
+    assert given.returncode == 0, given.stderr
