@@ -5,13 +5,28 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _DEV_SECRET = "mercato-dev-secret-not-for-production"
+ENV_PREFIX = "MERCATO_"
+DEFAULT_DATA_DIR = Path("./var")
+# What `mercato up` records in its data dir so `mercato admin ...` run beside it needs no
+# variable (decision 0271).
+DEMO_SETTINGS_FILE = "mercato-up.json"
+_DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
+_SECRET_FIX = (
+    "set it to a random string of 32 or more characters (python3 -c 'import secrets; "
+    "print(secrets.token_urlsafe(48))') and keep it: it protects stored provider credentials"
+)
 
 
 class SettingsError(ValueError):
@@ -24,7 +39,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MERCATO_", extra="ignore")
 
     env: Literal["production", "dev"] = "production"
-    data_dir: Path = Path("./var")
+    data_dir: Path = DEFAULT_DATA_DIR
     database_url: str = ""
     secret_key: SecretStr | None = None
     allow_private_provider_addresses: bool | None = None
@@ -56,6 +71,8 @@ class Settings(BaseSettings):
     # stuck: staff see it and may resolve it (decision 0201).
     stuck_after_attempts: int = Field(default=20, ge=1)
     stuck_after_seconds: int = Field(default=86400, ge=1)
+    # How long `/health/ready` waits for the database's `SELECT 1` (decision 0272).
+    ready_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
 
@@ -63,13 +80,17 @@ class Settings(BaseSettings):
     def _fail_closed(self) -> Settings:
         if self.secret_key is None:
             if self.env != "dev":
-                raise SettingsError("MERCATO_SECRET_KEY is required unless MERCATO_ENV=dev")
+                raise SettingsError(
+                    f"MERCATO_SECRET_KEY is required unless MERCATO_ENV=dev; {_SECRET_FIX}, or "
+                    "set MERCATO_ENV=dev for a local trial"
+                )
             self.secret_key = SecretStr(_DEV_SECRET)
         elif self.env != "dev" and len(self.secret_key.get_secret_value()) < 32:
-            raise SettingsError("MERCATO_SECRET_KEY must be at least 32 characters")
+            raise SettingsError(f"MERCATO_SECRET_KEY must be at least 32 characters; {_SECRET_FIX}")
         if self.allow_private_provider_addresses is None:
             self.allow_private_provider_addresses = self.env == "dev"
         _proxy_entries(self.trusted_proxies)  # a malformed entry fails here, at start
+        _check_database_url(self.database_url)
         return self
 
     @property
@@ -103,11 +124,21 @@ class Settings(BaseSettings):
 
 
 def _proxy_entries(text: str) -> list[str]:
-    """Split MERCATO_TRUSTED_PROXIES, refusing anything but IP addresses and networks."""
-    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
-    for entry in entries:
+    """Split MERCATO_TRUSTED_PROXIES, refusing anything but IP addresses and networks.
+
+    Each entry comes back in canonical form: an address as such, a network with its host bits
+    cleared (`10.0.0.1/8` is `10.0.0.0/8`), as the proxy-header middleware matches networks
+    only in that form.
+    """
+    entries = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
         try:
-            ipaddress.ip_network(entry, strict=False)
+            if "/" in entry:
+                entries.append(str(ipaddress.ip_network(entry, strict=False)))
+            else:
+                entries.append(str(ipaddress.ip_address(entry)))
         except ValueError:
             raise SettingsError(
                 f"MERCATO_TRUSTED_PROXIES: {entry!r} is not an IP address or network; give "
@@ -116,6 +147,179 @@ def _proxy_entries(text: str) -> list[str]:
     return entries
 
 
+def _check_database_url(url: str) -> None:
+    """Refuse a URL that names no database Mercato supports (never echo it: it may hold a
+    password)."""
+    if not url:
+        return
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in _DATABASE_SCHEMES:
+        raise SettingsError(
+            "MERCATO_DATABASE_URL is not a database URL Mercato supports; give "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE, or unset it for SQLite under "
+            "MERCATO_DATA_DIR"
+        )
+
+
+def describe_settings_error(error: Exception, model: type[BaseSettings] | None = None) -> str:
+    """One line naming each bad variable and how to fix it (never a value that may be secret).
+
+    `model` is the settings class that failed (default: `Settings`); its `env_prefix` and
+    aliases give the variable names, its defaults the fix.
+    """
+    if not isinstance(error, ValidationError):
+        return " ".join(str(error).split())
+    model = model or Settings
+    prefix = str(model.model_config.get("env_prefix") or "").upper()
+    problems = []
+    for detail in error.errors():
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        if message.startswith(ENV_PREFIX) or not detail["loc"]:
+            problems.append(message)
+            continue
+        located = str(detail["loc"][0])
+        field_name = next(
+            (n for n, f in model.model_fields.items() if located in (n, f.validation_alias)),
+            located,
+        )
+        field = model.model_fields.get(field_name)
+        alias = field.validation_alias if field is not None else None
+        name = alias if isinstance(alias, str) else prefix + field_name.upper()
+        secret = field is not None and "Secret" in str(field.annotation)
+        if field is not None and field.default is not None and not secret:
+            default = field.default
+            shown = str(default) if isinstance(default, Path) else repr(default)
+            fix = f"set a valid value, or unset it for the default {shown}"
+        else:
+            fix = "set a valid value"
+        problems.append(f"{name}: {message}; {fix}")
+    return " ".join("; ".join(problems).split())
+
+
+# --- the demo's settings, recorded in its data dir ----------------------------------------
+
+_beside_demo: ContextVar[bool] = ContextVar("mercato_settings_beside_demo", default=False)
+
+
+@contextmanager
+def beside_demo() -> Iterator[None]:
+    """Within the block `load_settings()` fills unset variables from the demo's recorded
+    settings when the command works on the demo's database (`mercato admin ...`)."""
+    token = _beside_demo.set(True)
+    try:
+        yield
+    finally:
+        _beside_demo.reset(token)
+
+
+def _field_variables() -> dict[str, str]:
+    """Environment variable name -> settings field name, for every field."""
+    return {ENV_PREFIX + name.upper(): name for name in Settings.model_fields}
+
+
+def _environment() -> dict[str, str]:
+    """The process's settings variables, upper-cased names (pydantic reads them case-blind)."""
+    known = _field_variables()
+    return {k.upper(): v for k, v in os.environ.items() if k.upper() in known}
+
+
+def environment_data_dir() -> Path:
+    """The data dir the environment names: `MERCATO_DATA_DIR`, else `./var` (DESIGN §10)."""
+    given = _environment().get("MERCATO_DATA_DIR")
+    return Path(given) if given else DEFAULT_DATA_DIR
+
+
+def record_demo_settings(settings: Settings) -> Path:
+    """Write the settings `mercato up` runs with into its data dir (`mercato-up.json`).
+
+    Every `MERCATO_*` settings variable of its environment is kept except the secret key
+    (only whether one was given), with the resolved environment mode and data dir. The file
+    is private to the user (a database URL may hold a password) and replaced atomically.
+    """
+    data_dir = settings.data_dir.resolve()
+    recorded: dict[str, Any] = {
+        k: v for k, v in _environment().items() if k != "MERCATO_SECRET_KEY"
+    }
+    recorded["MERCATO_ENV"] = settings.env
+    recorded["MERCATO_DATA_DIR"] = str(data_dir)
+    document = {
+        "settings": dict(sorted(recorded.items())),
+        "secretKeyGiven": "MERCATO_SECRET_KEY" in _environment(),
+    }
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / DEMO_SETTINGS_FILE
+    partial = path.with_name(path.name + ".partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+        json.dump(document, stream, indent=2)
+        stream.write("\n")
+    os.replace(partial, path)
+    return path
+
+
+def _demo_defaults() -> dict[str, Any]:
+    """Settings fields to take from the demo's recorded settings (empty: none apply).
+
+    They apply only when the command works on the demo's database: the environment names no
+    other database URL and no other data dir. Variables set in the environment always win.
+    """
+    path = environment_data_dir() / DEMO_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        recorded = document["settings"]
+        if not isinstance(recorded, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()
+        ):
+            raise ValueError("not a map of variables to strings")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SettingsError(
+            f"MERCATO_DATA_DIR: the demo settings {path} cannot be read ({exc}); run "
+            "`mercato up` again, or delete the file and set the MERCATO_* variables"
+        ) from None
+    environment = _environment()
+    if environment.get("MERCATO_DATABASE_URL", recorded.get("MERCATO_DATABASE_URL", "")) != (
+        recorded.get("MERCATO_DATABASE_URL", "")
+    ):
+        return {}
+    if document.get("secretKeyGiven") is True and "MERCATO_SECRET_KEY" not in environment:
+        # Without it stored provider credentials could not be read, and new ones would be
+        # sealed with the wrong key.
+        raise SettingsError(
+            f"MERCATO_SECRET_KEY: the demo recorded in {path} runs with its own secret key; "
+            "set the same MERCATO_SECRET_KEY for this command"
+        )
+    known = _field_variables()
+    return {
+        known[name]: value
+        for name, value in recorded.items()
+        if name in known and name not in environment and name != "MERCATO_SECRET_KEY"
+    }
+
+
+def _ensure_data_dir(settings: Settings) -> None:
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(
+            f"MERCATO_DATA_DIR: {settings.data_dir} cannot be created ({exc.strerror}); give a "
+            "directory this user can write, or unset it for ./var"
+        ) from None
+    if not os.access(settings.data_dir, os.W_OK | os.X_OK):
+        raise SettingsError(
+            f"MERCATO_DATA_DIR: {settings.data_dir} is not writable; give a directory this "
+            "user can write, or unset it for ./var"
+        )
+
+
 def load_settings() -> Settings:
-    """Read and validate the settings from the environment."""
-    return Settings()
+    """Read and validate the settings from the environment, at a process's start.
+
+    Inside `beside_demo()` unset variables come from the demo's recorded settings. The data
+    dir is created here, so a path that cannot be is a configuration error, not a traceback.
+    """
+    defaults = _demo_defaults() if _beside_demo.get() else {}
+    settings = Settings(**defaults)
+    _ensure_data_dir(settings)
+    return settings

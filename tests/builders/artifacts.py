@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from builders.accounts import make_account
+from builders.servers import serve_in_thread, stop_server
 from mercato.artifacts import service
 from mercato.core.ids import new_id
 from mercato.db.runtime import Runtime
@@ -148,15 +149,14 @@ class LoopbackArtifactProvider:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._thread = serve_in_thread(self._server, "artifact-provider")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_server(self._server, self._thread)
 
     def _execute(self, key: str) -> bytes:
         with self._lock:

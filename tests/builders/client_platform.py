@@ -17,6 +17,7 @@ from builders.catalog import approve_connection, example_contract, publish
 from builders.platform_process import Serve, free_port, mercato, platform_env
 from builders.provider import CREDENTIAL
 from builders.provider_process import ProviderProcess
+from builders.servers import serve_in_thread, stop_server
 from mercato.core.clock import utcnow
 from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
@@ -129,8 +130,7 @@ class TamperingProxy:
         self._http = httpx.Client(timeout=30)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._server, "tampering-proxy")
 
     @property
     def url(self) -> str:
@@ -145,8 +145,7 @@ class TamperingProxy:
             self.corrupt.append(rule)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_server(self._server, self._thread)
         self._http.close()
 
     def _take_drop(self, method: str, path: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from builders.servers import serve_in_thread, stop_server
 from mercato_examples.daily_ranking.config import DailyRankingSettings
 from mercato_examples.daily_ranking.sample_upstream import SampleUpstream
 
@@ -23,12 +24,11 @@ T = TypeVar("T")
 def running_sample(sizes: dict[str, int] | None = None) -> Iterator[SampleUpstream]:
     """A sample upstream on a free loopback port, served from a thread."""
     server = SampleUpstream(sizes=sizes)
-    server.start_background()
+    thread = serve_in_thread(server, "sample-upstream")
     try:
         yield server
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_server(server, thread)
 
 
 def control(sample: SampleUpstream | str, **body: Any) -> dict[str, Any]:

@@ -12,10 +12,12 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from builders.servers import serve_in_thread, stop_server
 
 CREDENTIAL = "scripted-credential-0123456789abcdef"
 
@@ -98,14 +100,14 @@ class ScriptedProvider:
         self.events: list[tuple[str, str, Act]] = []  # (key, "exec" | "recon", answer)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> ScriptedProvider:
-        self._thread.start()
+        self._thread = serve_in_thread(self._server, "scripted-provider")
         return self
 
     def stop(self) -> None:
@@ -113,8 +115,7 @@ class ScriptedProvider:
         for act in self.exec_script:
             if act.gate is not None:
                 act.gate.set()
-        self._server.shutdown()
-        self._server.server_close()
+        stop_server(self._server, self._thread)
 
     def script(self, *acts: Act) -> None:
         with self.lock:
@@ -253,7 +254,6 @@ class ConnectionCounter:
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
-        self._sock.settimeout(0.2)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -263,53 +263,54 @@ class ConnectionCounter:
         return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while True:
             try:
                 conn, _ = self._sock.accept()
             except OSError:
-                continue
-            self.count += 1
+                return
             conn.close()
+            if self._stop.is_set():
+                return  # the wake-up from close(), not a client
+            self.count += 1
 
     def close(self) -> None:
+        import socket
+
         self._stop.set()
+        with suppress(OSError):  # wake the blocking accept at once
+            socket.create_connection(self._sock.getsockname()[:2], timeout=1).close()
         self._thread.join()
         self._sock.close()
 
 
 class ServerThread:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 in a thread (real HTTP, real concurrency)."""
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a thread (real HTTP, real concurrency);
+    started and stopped by events (builders.servers.PromptUvicorn)."""
 
     def __init__(self, app: Any) -> None:
         import socket
 
-        import uvicorn
+        from builders.servers import uvicorn_thread
 
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server, self.thread = uvicorn_thread(app, self.port)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> ServerThread:
-        import time
-
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
+        if not self.server.ready.wait(30) or not self.server.started:
+            self.server.stop()
+            raise RuntimeError("uvicorn did not start")
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         self.thread.join(10)
 
 

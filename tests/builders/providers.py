@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from builders.servers import serve_in_thread, stop_server
 from mercato.providers import service as providers
 from mercato.providers.schemas import CheckVerdict
 from mercato.settings import Settings
@@ -242,15 +243,12 @@ def reference_provider(
     state = ProviderState(credential=credential, faults=faults or Faults())
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
+    thread = serve_in_thread(server, "reference-provider")
     port = server.server_address[1]
     try:
         yield RunningProvider(url=f"http://127.0.0.1:{port}", state=state, port=port)
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        stop_server(server, thread)
 
 
 def with_faults(base: Faults, **changes: Any) -> Faults:

@@ -64,7 +64,11 @@ def _quiet_http_logs() -> None:
 
 
 def _config_error(exc: Exception) -> int:
-    sys.stderr.write(f"configuration error: {exc}\n")
+    """One line naming the variable and its fix, exit 2 (decision 0270)."""
+    from mercato.settings import describe_settings_error
+    from mercato_examples.daily_ranking.config import DailyRankingSettings
+
+    sys.stderr.write(f"configuration error: {describe_settings_error(exc, DailyRankingSettings)}\n")
     return EXIT_USAGE
 
 

@@ -47,7 +47,7 @@ from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.providers.models import ProviderConnection
 from mercato.providers.schemas import RunView
-from mercato.settings import load_settings
+from mercato.settings import load_settings, record_demo_settings
 
 SERVICE_CODE = "pixiv.daily-ranking"
 VERSION = "v1"
@@ -479,6 +479,7 @@ def run_up(options: UpOptions) -> int:
 
     stop = threading.Event()
     settings = load_settings()
+    record_demo_settings(settings)  # `mercato admin ...` beside the demo reads it (0271)
     data_dir = settings.data_dir.resolve()
     supervisor = Supervisor(log_dir=data_dir / "logs", say=say)
     with _signals(stop):

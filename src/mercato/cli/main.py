@@ -6,14 +6,23 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 
 from mercato.cli import commands_core
-from mercato.cli.output import EXIT_USAGE, BadArgument, bad_argument, configuration_error, fail
+from mercato.cli.output import (
+    EXIT_USAGE,
+    BadArgument,
+    bad_argument,
+    configuration_error,
+    database_unreachable,
+    fail,
+)
 from mercato.core.errors import MercatoError
-from mercato.settings import SettingsError
+from mercato.settings import SettingsError, beside_demo
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -79,16 +88,22 @@ def _refuse_undecodable(parser: argparse.ArgumentParser, argv: Sequence[str]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # import-time chatter
     parser = build_parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     _refuse_undecodable(parser, arguments)
     args = parser.parse_args(arguments)
     handler: Handler = args.handler
+    # `mercato admin ...` beside the demo reads the demo's recorded settings (decision 0271).
+    context = beside_demo() if args.command == "admin" else nullcontext()
     try:
-        return handler(args)
+        with context:
+            return handler(args)
     except BadArgument as exc:
         return bad_argument(exc)
     except (SettingsError, ValidationError) as exc:
         return configuration_error(exc)
+    except OperationalError as exc:  # down, refused, wrong credentials, unopenable file
+        return database_unreachable(exc)
     except MercatoError as exc:
         return fail(exc)

@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from pydantic import ValidationError
-
 from mercato.core.errors import MercatoError
 
 EXIT_OK = 0
@@ -85,17 +83,23 @@ def argument_errors(arguments: Mapping[type[MercatoError], Naming]) -> Iterator[
 
 def configuration_error(error: Exception) -> int:
     """Report settings that cannot be used as one line naming the variable; exit code 2."""
-    if isinstance(error, ValidationError):
-        problems = []
-        for detail in error.errors():
-            name = "MERCATO_" + "_".join(str(part) for part in detail["loc"]).upper()
-            message = str(detail["msg"]).removeprefix("Value error, ")
-            problems.append(message if message.startswith("MERCATO_") else f"{name}: {message}")
-        text = "; ".join(problems)
-    else:
-        text = str(error)
-    sys.stderr.write(f"configuration error: {' '.join(text.split())}\n")
+    from mercato.settings import describe_settings_error
+
+    sys.stderr.write(f"configuration error: {describe_settings_error(error)}\n")
     return EXIT_USAGE
+
+
+def database_unreachable(error: Exception) -> int:
+    """Report a database that failed (down, refused, bad login) as one line, never the URL."""
+    from mercato.core.logs import scrub
+
+    reason = " ".join(str(getattr(error, "orig", None) or error).split())
+    reason = scrub(reason.split(" (Background on this error")[0])[:300]
+    sys.stderr.write(
+        f"error: the database named by MERCATO_DATABASE_URL failed ({reason}); check that it "
+        "is running and that the URL and its credentials are right\n"
+    )
+    return EXIT_FAILURE
 
 
 def fail(error: MercatoError) -> int:

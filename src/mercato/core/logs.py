@@ -20,6 +20,8 @@ import sys
 import threading
 import traceback
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import IO, Any
 
@@ -27,6 +29,9 @@ import orjson
 
 REDACTED = "[REDACTED]"
 request_id_var: ContextVar[str | None] = ContextVar("mercato_request_id", default=None)
+# The invocation a line is about, when known: the worker sets it for each call it works on, so
+# its lines join the invoke request's line, which names the same invocation (decision 0274).
+invocation_id_var: ContextVar[str | None] = ContextVar("mercato_invocation_id", default=None)
 
 _TOKEN = re.compile(r"\b(mercato_(?:live|at|rt)_)[A-Za-z0-9._~+/=-]+")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"'}\]]+")
@@ -114,12 +119,27 @@ def sane_request_id(value: str | None) -> str | None:
 
 
 class RequestIdFilter(logging.Filter):
-    """Put the current request id (from the contextvar) on every record."""
+    """Put the current request id (from the contextvar) on every record, and the invocation id
+    when one is set."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "request_id", None) is None:
             record.request_id = request_id_var.get()
+        if getattr(record, "invocation_id", None) is None:
+            invocation_id = invocation_id_var.get()
+            if invocation_id is not None:
+                record.invocation_id = invocation_id
         return True
+
+
+@contextmanager
+def about_invocation(invocation_id: str) -> Iterator[None]:
+    """Within the block every log line carries `invocation_id`."""
+    token = invocation_id_var.set(invocation_id)
+    try:
+        yield
+    finally:
+        invocation_id_var.reset(token)
 
 
 class RedactingFilter(logging.Filter):

@@ -6,13 +6,15 @@ factory in each worker process.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 from mercato.core.logs import configure_logging
 from mercato.db.runtime import Runtime
-from mercato.settings import load_settings
+from mercato.settings import SettingsError, describe_settings_error, load_settings
 from mercato.web.app import create_app
 
 _built: dict[str, FastAPI] = {}
@@ -21,7 +23,14 @@ _built: dict[str, FastAPI] = {}
 def create_app_from_env() -> FastAPI:
     """Configure JSON logging and build the app from the environment's settings."""
     configure_logging()
-    return create_app(Runtime.from_settings(load_settings()))
+    try:
+        settings = load_settings()
+    except (SettingsError, ValidationError) as exc:
+        # One line and exit 2, as from `mercato serve` (the server's loader would print a
+        # traceback for any Exception; SystemExit passes through it).
+        sys.stderr.write(f"configuration error: {describe_settings_error(exc)}\n")
+        raise SystemExit(2) from None
+    return create_app(Runtime.from_settings(settings))
 
 
 def __getattr__(name: str) -> Any:

@@ -104,10 +104,16 @@ class RequestContext:
             "route": route,
             "status": status,
             "duration_ms": round(elapsed * 1000, 1),
+            # The client address every other part sees: the peer's, or the forwarded one
+            # from a trusted proxy only (decision 0221; rewritten by the outermost layer).
+            "client": client_address(scope),
         }
         principal = state.get("principal")
         if principal is not None:
             fields["account_id"] = getattr(principal, "account_id", None)
+        invocation_id = state.get("invocation_id")
+        if invocation_id is not None:
+            fields["invocation_id"] = invocation_id  # joins the worker's lines (decision 0274)
         if code is not None:
             fields["problem_code"] = code
         if route == INVOKE_ROUTE:
@@ -118,6 +124,12 @@ class RequestContext:
                 QUOTA_REJECTIONS.inc()
             fields["outcome"] = outcome
         log.info("request", extra=fields)
+
+
+def client_address(scope: Scope) -> str | None:
+    """The request's client address after the trusted-proxy rule (None when unknown)."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def install(app: FastAPI) -> None:

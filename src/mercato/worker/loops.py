@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from mercato.core.ids import new_id
+from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.invocations import flows
@@ -56,11 +57,12 @@ def _drain(
             )
         if not claimed:
             break
-        try:
-            step(runtime, client, claimed[0], owner)
-        except Exception:
-            # The lease expires and another pass retries; nothing was half-committed.
-            log.exception("invocation %s: step failed", claimed[0])
+        with about_invocation(claimed[0]):  # every line of this step names the call
+            try:
+                step(runtime, client, claimed[0], owner)
+            except Exception:
+                # The lease expires and another pass retries; nothing was half-committed.
+                log.exception("invocation %s: step failed", claimed[0])
         done += 1
     return done
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from builders.accounts import bearer, make_account, make_api_key
 from builders.catalog import approve_connection, example_contract, publish
+from builders.servers import serve_in_thread, stop_server
 from mercato.core.clock import FakeClock, utcnow
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -38,16 +38,14 @@ class ChartProvider:
         self.results: dict[str, bytes] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._server, "chart-provider")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_server(self._server, self._thread)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         provider = self

@@ -50,5 +50,8 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
     listed = Settings(env="dev", trusted_proxies=" 10.0.0.0/8, 2001:db8::1 ")
     assert listed.trusted_proxy_list == ["10.0.0.0/8", "2001:db8::1"]
     assert Settings(env="dev", trusted_proxies="").trusted_proxy_list == []
+    # Networks in canonical form (the proxy-header middleware matches only that form).
+    written = Settings(env="dev", trusted_proxies="10.1.2.3/8, 2001:DB8::1")
+    assert written.trusted_proxy_list == ["10.0.0.0/8", "2001:db8::1"]
     with pytest.raises(ValidationError, match=r"MERCATO_TRUSTED_PROXIES: 'proxy\.internal'"):
         Settings(env="dev", trusted_proxies="10.0.0.1,proxy.internal")

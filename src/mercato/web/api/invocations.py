@@ -148,6 +148,8 @@ def _invoke_sync(request: Request, service_code: str, version: str, body: bytes)
 
 
 def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
+    # The request's log line names the call; the worker's lines about it carry the same id.
+    request.state.invocation_id = result.view.invocation_id
     if result.quota is not None:
         headers = result.quota.headers()
     else:
