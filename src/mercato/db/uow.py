@@ -152,12 +152,12 @@ class Database:
     def statement(self) -> Iterator[Session]:
         """Yield a session for exactly one write statement that is atomic on its own.
 
-        On PostgreSQL the statement runs without BEGIN and COMMIT (autocommit): a server-side
-        function such as `invocation_accept` is one statement, which PostgreSQL commits, or
-        takes back whole when it raises. A second statement is refused
+        On PostgreSQL the statement runs without BEGIN and COMMIT (autocommit): a money program
+        (`mercato.db.guarded`, one data-modifying CTE) is one statement, which PostgreSQL
+        commits, or takes back whole when it raises. A second statement is refused
         (`StatementSessionReused`), since it would not be part of the first one's transaction.
-        On SQLite, which has no server-side functions, this is `transaction()`: the services
-        run statement by statement and the session commits them together (decision 0191)."""
+        On SQLite this is `transaction()`: the same guarded statements run one after another
+        and the session commits them together (decisions 0191, 0240)."""
         if self._one_statement is None:
             with self.transaction() as session:
                 yield session
