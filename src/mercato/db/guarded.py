@@ -22,8 +22,8 @@ same step statements are put together:
   it, so the steps run in program order: `EXISTS (SELECT 1 FROM <last REFUSE/STOP step>)`
   (nothing runs after a refusal or a stop) and, after a SKIP step, `(SELECT count(*) FROM
   <it>) >= 0`. A column of an earlier step is a scalar subquery on its CTE (NULL when the step
-  returned nothing, as the bound parameter is on SQLite). The final
-  SELECT returns `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
+  returned nothing, as the bound parameter is on SQLite). The final SELECT returns
+  `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
   REFUSE step came back empty it casts the text `mercato-refusal|<code>|<detail>|…|<n>` to
   integer instead, and that error (SQLSTATE 22P02) aborts the whole statement: a guard cannot
   undo the writes of the steps before it, the abort does. Atomic on its own in autocommit
@@ -43,15 +43,18 @@ executed with a parameter named after a column would SET it).
 `{"<step>.<column>": value}`, or None when a STOP step was empty; a refusal raises `Refused`
 (`code`, `detail`), which each domain service maps to its MercatoError.
 
-An async executor (asyncpg, aiosqlite) needs nothing else from the domain modules: take
-`compiled(program, dialect)`; on PostgreSQL compile `Compiled.statement` once with the
-driver's dialect (`statement.compile(dialect=…)`, positional parameters in `.positiontup`
-order, names prefixed by `param_name`), execute that SQL text with the inputs, read the single
-row (`mercato_ok`, then the output columns in `Compiled.outputs` order) and turn an error whose
-SQLSTATE is 22P02 into `Refused` with `parse_refusal(message)`. On SQLite run `Compiled.steps`
-in order in one transaction with the same rules as `_run_steps` below (bind each returned row as
-`s_<step>_<column>`, NULL when empty; STOP returns None; REFUSE runs `required_if` and
-`detail`, then raises).
+An async executor (asyncpg, aiosqlite) needs nothing else from the domain modules. Take
+`compiled(program, dialect)` and build the values as `run` does (inputs as `p_<name>`, plus a
+fresh id for each name in `Compiled.fresh` not given). On PostgreSQL compile
+`Compiled.statement` once for the driver's dialect (`c = statement.compile(dialect=…)`:
+`c.string` is the SQL, `c.positiontup` the bind names in placeholder order; convert values the
+way each bind's type does, e.g. `UTCDateTime` wants an aware datetime), execute that text with
+the values, read the one row (`mercato_ok`: 0 stopped, 1 done; then the columns of
+`Compiled.outputs` in order) and turn an error whose SQLSTATE is 22P02 into `Refused` with
+`parse_refusal(message)`. On SQLite run `Compiled.steps` in order in one transaction with the
+rules of `_run_steps` below: bind each returned row as `s_<step>_<column>` (NULL when empty);
+an empty STOP step returns None; an empty REFUSE step runs `required_if` (when set) and
+`detail`, then raises.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Select,
+    String,
     Table,
     Text,
     and_,
@@ -77,17 +81,20 @@ from sqlalchemy import (
     cast,
     exists,
     func,
-    literal,
+    literal_column,
+    null,
     select,
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.types import TypeEngine
 
 from mercato.core.ids import new_id
+from mercato.db.uow import one_statement
 
 REFUSAL_TAG = "mercato-refusal"
 _REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
@@ -165,8 +172,20 @@ def col(step: str, column: str) -> Expr:
     return lambda refs: refs.col(step, column)
 
 
+def inline(value: str | int | None, type_: Any = None) -> Any:
+    """A constant written into the SQL itself rather than bound (fewer parameters for the
+    driver to parse and send on every run; the text stays the same on every run)."""
+    if value is None:
+        return null()
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"inline takes str, int or None, not {type(value).__name__}")
+    if isinstance(value, int):
+        return literal_column(str(int(value)), type_ or Integer)
+    return literal_column("'" + value.replace("'", "''") + "'", type_ or String)
+
+
 def const(value: Any, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Expr:
-    return lambda _refs: literal(value, type_)
+    return lambda _refs: inline(value, type_)
 
 
 def insert_select(
@@ -219,6 +238,29 @@ class Compiled:
     fresh: tuple[tuple[str, str], ...] = ()  # (bind name, id prefix)
     statement: Select[Any] | None = None  # PostgreSQL
     steps: list[CompiledStep] = field(default_factory=list)  # SQLite
+    _sql: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+
+    def sql(self, dialect: Dialect) -> list[Any]:
+        """Every statement compiled for `dialect`, once (SQLAlchemy's statement cache is not
+        used: the dialect's upsert constructs are not cacheable, and a statement compiled
+        ahead skips even the cache key): PostgreSQL `[statement]`; SQLite, per step,
+        `[statement, required_if, detail]`."""
+        key = (dialect.driver, str(dialect.paramstyle))
+        found = self._sql.get(key)
+        if found is None:
+
+            def build(clause: Any) -> Any:
+                return None if clause is None else clause.compile(dialect=dialect)
+
+            if self.statement is not None:
+                found = [build(self.statement)]
+            else:
+                found = [
+                    [build(item.statement), build(item.required_if), build(item.detail)]
+                    for item in self.steps
+                ]
+            self._sql[key] = found
+        return found
 
 
 def _returned(statement: Any) -> dict[str, Any]:
@@ -283,23 +325,26 @@ def _compile_one_statement(
     for step in steps:
         missing = ~exists().select_from(ctes[step.name])
         if step.empty is Empty.STOP:
-            whens.append((missing, literal(0)))
+            whens.append((missing, inline(0)))
         elif step.empty is Empty.REFUSE:
             if step.required_if is not None:
                 missing = and_(missing, step.required_if(refs))
             whens.append((missing, cast(_tag(step, refs, ctes[step.name]), Integer)))
-    ok = case(*whens, else_=literal(1)).label("mercato_ok")
-    columns = [
-        select(ctes[s].c[c]).scalar_subquery().label(f"{s}__{c}") for s, c in program.outputs
-    ]
-    statement = select(ok, *columns).add_cte(*ctes.values())
+    ok = select(case(*whens, else_=inline(1)).label("mercato_ok")).subquery("mercato")
+    # The outputs come from steps of one row each, joined to the verdict's one row (a step
+    # that returned nothing leaves its columns NULL).
+    joined: Any = ok
+    for name in dict.fromkeys(step for step, _ in program.outputs):
+        joined = joined.outerjoin(ctes[name], true())
+    columns = [ctes[s].c[c].label(f"{s}__{c}") for s, c in program.outputs]
+    statement = select(ok.c.mercato_ok, *columns).select_from(joined).add_cte(*ctes.values())
     return Compiled("postgresql", outputs, fresh, statement=statement)
 
 
 def _tag(step: Step, refs: Refs, cte: CTE) -> Any:
-    parts: list[Any] = [literal(f"{REFUSAL_TAG}|{step.code}|")]
+    parts: list[Any] = [inline(f"{REFUSAL_TAG}|{step.code}|", Text)]
     for value in step.detail(refs) if step.detail is not None else ():
-        parts += [cast(value, Text), literal("|")]
+        parts += [cast(value, Text), inline("|", Text)]
     # A count read at run time: the text is never a constant the planner could fold (and fail).
     parts.append(cast(select(func.count()).select_from(cte).scalar_subquery(), Text))
     return func.concat(*parts)
@@ -322,16 +367,18 @@ def compiled(program: Program, dialect: str) -> Compiled:
 
 def run(session: Session, program: Program, params: Mapping[str, Any]) -> dict[str, Any] | None:
     """Run `program` in `session` (its outputs; None when it stopped); raises `Refused`."""
-    dialect = session.get_bind().dialect.name
-    built = compiled(program, dialect)
+    dialect = session.get_bind().dialect
+    built = compiled(program, dialect.name)
+    sql = built.sql(dialect)
     values = {f"p_{name}": value for name, value in params.items()}
     for name, prefix in built.fresh:
         if name not in values:
             values[name] = new_id(prefix)
     if built.statement is None:
-        return _run_steps(session, built, values)
+        return _run_steps(session, built, sql, values)
+    one_statement(session)
     try:
-        row = session.execute(built.statement, values).one()
+        row = session.connection().execute(sql[0], values).one()
     except DBAPIError as error:
         refused = _refusal_of(error)
         if refused is None:
@@ -348,11 +395,13 @@ def _refusal_of(error: DBAPIError) -> Refused | None:
     return parse_refusal(str(error.orig))
 
 
-def _run_steps(session: Session, built: Compiled, values: dict[str, Any]) -> dict[str, Any] | None:
+def _run_steps(
+    session: Session, built: Compiled, sql: list[Any], values: dict[str, Any]
+) -> dict[str, Any] | None:
     connection = session.connection()
-    for item in built.steps:
+    for item, (statement, required_if, detail_of) in zip(built.steps, sql, strict=True):
         step = item.step
-        row = connection.execute(item.statement, values).first()
+        row = connection.execute(statement, values).first()
         if row is not None:
             for column, value in zip(item.columns, row, strict=True):
                 values[f"s_{step.name}_{column}"] = value
@@ -360,11 +409,11 @@ def _run_steps(session: Session, built: Compiled, values: dict[str, Any]) -> dic
         if step.empty is Empty.STOP:
             return None
         if step.empty is Empty.REFUSE and (
-            item.required_if is None or connection.execute(item.required_if, values).scalar()
+            required_if is None or connection.execute(required_if, values).scalar()
         ):
             detail: tuple[Any, ...] = ()
-            if item.detail is not None:
-                detail = tuple(connection.execute(item.detail, values).one())
+            if detail_of is not None:
+                detail = tuple(connection.execute(detail_of, values).one())
             raise Refused(step.code, tuple(None if v is None else str(v) for v in detail))
         for column in item.columns:
             values[f"s_{step.name}_{column}"] = None

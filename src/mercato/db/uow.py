@@ -50,6 +50,19 @@ def _allow_one_statement(state: ORMExecuteState) -> None:
 
 
 _STATEMENT_RAN = "mercato_statement_ran"
+_ONE_STATEMENT = "mercato_one_statement"
+
+
+def one_statement(session: Session) -> None:
+    """Note that `session` is about to run one statement on its connection directly (a
+    precompiled guarded program, `mercato.db.guarded`): in a one-statement session a second one
+    is refused as `session.execute` refuses it."""
+    if session.info.get(_ONE_STATEMENT):
+        if session.info.get(_STATEMENT_RAN):
+            raise StatementSessionReused(
+                "a one-statement session runs exactly one statement; use Database.transaction()"
+            )
+        session.info[_STATEMENT_RAN] = True
 
 
 def _refusing_flush(
@@ -164,6 +177,7 @@ class Database:
             return
         with self._turn():
             session = self._one_statement()
+            session.info[_ONE_STATEMENT] = True
             try:
                 yield session
             finally:

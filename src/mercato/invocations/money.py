@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Integer, String, Table, literal, update
+from sqlalchemy import Integer, String, Table, update
 
-from mercato.db.guarded import Empty, Program, Refs, Step, col, insert_select, param
+from mercato.db.guarded import Empty, Program, Refs, Step, col, inline, insert_select, param
 from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import ACTIVE_STATES
 from mercato.ledger import rules
@@ -91,7 +91,7 @@ VIEW_COLUMNS = (
     _c.resolved_at,
 )
 """What an `InvocationView` is built from, in its field order."""
-_ACTIVE = [literal(state.value, String) for state in ACTIVE_STATES]
+_ACTIVE = [inline(state.value, String) for state in ACTIVE_STATES]
 
 
 def _intent(refs: Refs) -> Any:
@@ -103,7 +103,7 @@ def _first_attempt(refs: Refs) -> Any:
     a = _attempts.c
     values = {
         "invocation_id": refs.col("intent", "id"),
-        "attempt": literal(1, Integer),
+        "attempt": inline(1, Integer),
         "connection_revision": refs.param("connection_revision", a.connection_revision.type),
         "base_url": refs.param("base_url", a.base_url.type),
         "credential_digest": refs.param("credential_digest", a.credential_digest.type),
@@ -175,7 +175,12 @@ def _finish(columns: tuple[str, ...], *, leased: bool) -> Step:
         return (
             update(_t)
             .where(*held)
-            .values(lease_owner=None, lease_expires_at=None, next_attempt_at=None, **values)
+            .values(
+                lease_owner=inline(None),
+                lease_expires_at=inline(None),
+                next_attempt_at=inline(None),
+                **values,
+            )
             .returning(
                 *VIEW_COLUMNS, _c.reservation_id, _c.provider_account_id, _c.provider_share_bps
             )

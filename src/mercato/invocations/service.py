@@ -431,9 +431,8 @@ def claim_due(
         .where(_c.state.in_([s.value for s in states]), lane, _c.next_attempt_at <= now, free)
         .order_by(_c.next_attempt_at)
         .limit(limit)
+        .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
     )
-    if session.get_bind().dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
     ids = list(session.execute(due).scalars())
     if not ids:
         return []

@@ -31,11 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, String, Table, and_, literal, or_, select, union_all
+from sqlalchemy import BigInteger, Integer, String, Table, and_, or_, select, union_all
 from sqlalchemy import update as sa_update
 
 from mercato.db.base import UTCDateTime
-from mercato.db.guarded import Empty, Expr, Refs, Step, const, insert_select
+from mercato.db.guarded import Empty, Expr, Refs, Step, const, inline, insert_select
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer, Reservation
 from mercato.ledger.schemas import PLATFORM, AccountKind, ReservationState, TransferKind
 
@@ -113,7 +113,7 @@ def _nonzero(points: Expr) -> Expr:
 
 
 def _account_is(refs: Refs, leg: Leg) -> Any:
-    return and_(ACCOUNTS.c.owner == leg.owner(refs), ACCOUNTS.c.kind == leg.kind.value)
+    return and_(ACCOUNTS.c.owner == leg.owner(refs), ACCOUNTS.c.kind == inline(leg.kind.value))
 
 
 def _lock(legs: Sequence[Leg]) -> Any:
@@ -163,7 +163,7 @@ def _upsert(prefix: str, index: int, leg: Leg) -> Any:
         values = {
             "id": refs.param(f"{prefix}_account{index}", String),
             "owner": leg.owner(refs),
-            "kind": literal(leg.kind.value, String),
+            "kind": inline(leg.kind.value, String),
             "balance": amount,
         }
         stmt = insert_select(refs, ACCOUNTS, values, *guards)
@@ -181,8 +181,8 @@ def _transfer(
     def build(refs: Refs) -> Any:
         values = {
             "id": refs.param(f"{prefix}_transfer", String),
-            "kind": literal(kind.value, String),
-            "reference": literal(None, String) if reference is None else reference(refs),
+            "kind": inline(kind.value, String),
+            "reference": inline(None) if reference is None else reference(refs),
             "memo": memo(refs),
             "created_at": now(refs),
         }
@@ -230,7 +230,7 @@ def reserve_steps(
             "account_id": account_id(refs),
             "reference": reference(refs),
             "amount": amount(refs),
-            "state": literal(_HELD, String),
+            "state": inline(_HELD, String),
             "created_at": now(refs),
         }
         return insert_select(refs, RESERVATIONS, values).returning(RESERVATIONS.c.id)
@@ -273,7 +273,7 @@ def _resolve(
     def build(refs: Refs) -> Any:
         return (
             sa_update(RESERVATIONS)
-            .where(res.id == reservation_id(refs), res.state == expected.value, refs.gate)
+            .where(res.id == reservation_id(refs), res.state == inline(expected.value), refs.gate)
             .values(values(refs))
             .returning(
                 res.id,
@@ -299,9 +299,9 @@ def settle_steps(
     name = f"{prefix}_settle"
 
     def values(refs: Refs) -> dict[str, Any]:
-        provider_amount = res.amount * share_bps(refs) // 10_000
+        provider_amount = res.amount * share_bps(refs) // inline(10_000, BigInteger)
         return {
-            "state": literal(ReservationState.SETTLED.value, String),
+            "state": inline(ReservationState.SETTLED.value, String),
             "provider_account_id": provider_account_id(refs),
             "provider_amount": provider_amount,
             "platform_amount": res.amount - provider_amount,
@@ -345,7 +345,7 @@ def release_steps(prefix: str, *, reservation_id: Expr, now: Expr) -> list[Step]
 
     def values(refs: Refs) -> dict[str, Any]:
         return {
-            "state": literal(ReservationState.RELEASED.value, String),
+            "state": inline(ReservationState.RELEASED.value, String),
             "resolved_at": now(refs),
         }
 
@@ -374,7 +374,7 @@ def refund_steps(prefix: str, *, reservation_id: Expr, now: Expr) -> list[Step]:
 
     def values(refs: Refs) -> dict[str, Any]:
         return {
-            "state": literal(ReservationState.REFUNDED.value, String),
+            "state": inline(ReservationState.REFUNDED.value, String),
             "refunded_at": now(refs),
         }
 

@@ -18,14 +18,13 @@ from sqlalchemy import (
     Table,
     bindparam,
     case,
-    literal,
     or_,
     select,
 )
 from sqlalchemy.orm import Session
 
 from mercato.db import guarded
-from mercato.db.guarded import Empty, Expr, Program, Refs, Step, insert_select, param
+from mercato.db.guarded import Empty, Expr, Program, Refs, Step, inline, insert_select, param
 from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
 from mercato.quotas.models import QuotaOverride, QuotaWindow
 from mercato.quotas.schemas import Policy, QuotaStatus
@@ -148,7 +147,7 @@ def slot_step(
             "account_id": account_id(refs),
             "policy": policy(refs),
             "window_start": start,
-            "accepted": literal(1, Integer),
+            "accepted": inline(1, Integer),
         }
         stmt = insert_select(refs, _windows, values)
         current = _windows.c
@@ -157,7 +156,7 @@ def slot_step(
             set_={
                 "accepted": case(
                     (current.window_start == stmt.excluded.window_start, current.accepted + 1),  # type: ignore[attr-defined]
-                    else_=1,
+                    else_=inline(1, Integer),
                 ),
                 "window_start": stmt.excluded.window_start,  # type: ignore[attr-defined]
             },
