@@ -359,16 +359,16 @@ def due_refunds(session: Session, *, now: dt.datetime, limit: int) -> list[str]:
     """Approved disputes whose refund try is due, locked for this transaction.
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent workers take disjoint cases. SQLite
-    serialises writers; the conditional UPDATEs decide anyway.
+    (whose compiler leaves the locking clause out) serialises writers; the conditional UPDATEs
+    decide anyway.
     """
     query = (
         select(_c.id)
         .where(_c.state == CaseState.APPROVED.value, _c.refund_next_attempt_at <= now)
         .order_by(_c.refund_next_attempt_at)
         .limit(limit)
+        .with_for_update(skip_locked=True)
     )
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
     return list(session.execute(query).scalars())
 
 
@@ -377,9 +377,12 @@ def attempt_refund(session: Session, *, case_id: str, now: dt.datetime) -> Refun
 
     Nothing claims REFUNDED unless the ledger refund posted here (or had already posted).
     """
-    query = select(_c.state, _c.invocation_id, _c.refund_attempts).where(_c.id == case_id)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
+    # The case row locked (SQLite: BEGIN IMMEDIATE already holds the writer lock).
+    query = (
+        select(_c.state, _c.invocation_id, _c.refund_attempts)
+        .where(_c.id == case_id)
+        .with_for_update()
+    )
     row = session.execute(query).first()
     if row is None:
         raise CaseNotFound()

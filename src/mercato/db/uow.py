@@ -50,6 +50,19 @@ def _allow_one_statement(state: ORMExecuteState) -> None:
 
 
 _STATEMENT_RAN = "mercato_statement_ran"
+_ONE_STATEMENT = "mercato_one_statement"
+
+
+def one_statement(session: Session) -> None:
+    """Note that `session` is about to run one statement on its connection directly (a
+    precompiled guarded program, `mercato.db.guarded`): in a one-statement session a second one
+    is refused as `session.execute` refuses it."""
+    if session.info.get(_ONE_STATEMENT):
+        if session.info.get(_STATEMENT_RAN):
+            raise StatementSessionReused(
+                "a one-statement session runs exactly one statement; use Database.transaction()"
+            )
+        session.info[_STATEMENT_RAN] = True
 
 
 def _refusing_flush(
@@ -152,18 +165,19 @@ class Database:
     def statement(self) -> Iterator[Session]:
         """Yield a session for exactly one write statement that is atomic on its own.
 
-        On PostgreSQL the statement runs without BEGIN and COMMIT (autocommit): a server-side
-        function such as `invocation_accept` is one statement, which PostgreSQL commits, or
-        takes back whole when it raises. A second statement is refused
+        On PostgreSQL the statement runs without BEGIN and COMMIT (autocommit): a money program
+        (`mercato.db.guarded`, one data-modifying CTE) is one statement, which PostgreSQL
+        commits, or takes back whole when it raises. A second statement is refused
         (`StatementSessionReused`), since it would not be part of the first one's transaction.
-        On SQLite, which has no server-side functions, this is `transaction()`: the services
-        run statement by statement and the session commits them together (decision 0191)."""
+        On SQLite this is `transaction()`: the same guarded statements run one after another
+        and the session commits them together (decisions 0191, 0240)."""
         if self._one_statement is None:
             with self.transaction() as session:
                 yield session
             return
         with self._turn():
             session = self._one_statement()
+            session.info[_ONE_STATEMENT] = True
             try:
                 yield session
             finally:

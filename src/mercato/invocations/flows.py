@@ -112,8 +112,9 @@ def in_transaction(
     """Run `work` in one transaction, again from scratch if PostgreSQL picked it as the victim
     of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe).
 
-    `one_statement`: `work` runs a single statement on PostgreSQL (a server-side function), so
-    it runs in `Database.statement()`, atomic without BEGIN and COMMIT (decision 0191)."""
+    `one_statement`: `work` runs a single statement on PostgreSQL (a money program, one
+    data-modifying CTE), so it runs in `Database.statement()`, atomic without BEGIN and COMMIT
+    (decisions 0191, 0240); on SQLite that is an ordinary transaction."""
     db = runtime.db
     for attempt in range(1, _TX_ATTEMPTS + 1):
         try:
@@ -430,7 +431,8 @@ def _fail(
 ) -> InvocationView | None:
 
     def finish(session: Session) -> InvocationView | None:
-        view = invocations.finish_failure(
+        failpoints.hit("before-settle")  # nothing of the release has been sent yet
+        return invocations.finish_failure(
             session,
             invocation_id=job.invocation_id,
             lease_owner=owner,
@@ -438,10 +440,8 @@ def _fail(
             provider_http_status=provider_http_status,
             now=runtime.clock.now(),
         )
-        failpoints.hit("before-settle")
-        return view
 
-    return in_transaction(runtime, finish)
+    return in_transaction(runtime, finish, one_statement=True)
 
 
 def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -483,8 +483,7 @@ def conclude(
                 now=runtime.clock.now(),
             )
 
-        dialect = runtime.db.engine.dialect.name
-        single = invocations.settles_in_one_statement(dialect, manifest)
+        single = invocations.settles_in_one_statement(manifest)
         return in_transaction(runtime, finish, one_statement=single)
     if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:
         assert envelope.error_code is not None

@@ -12,19 +12,18 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import LargeBinary, Table, bindparam, func, select, text, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
-from mercato.db.base import UTCDateTime
+from mercato.db import guarded
+from mercato.invocations import money
 from mercato.invocations.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -62,31 +61,8 @@ _a = _attempts.c
 PROVIDER_KEY_PREFIX = "mercato:"
 MAX_PAGE = 100
 
-_VIEW_COLUMNS = (
-    _c.id,
-    _c.account_id,
-    _c.service_code,
-    _c.version,
-    _c.contract_digest,
-    _c.state,
-    _c.settlement,
-    _c.price,
-    _c.has_artifact_contract,
-    _c.idempotency_key,
-    _c.fingerprint,
-    _c.channel,
-    _c.error_code,
-    _c.provider_http_status,
-    _c.result,
-    _c.artifacts,
-    _c.lease_expires_at,
-    _c.created_at,
-    _c.settled_at,
-    _c.refunded_at,
-    _c.resolution_decision,
-    _c.resolution_reason,
-    _c.resolved_at,
-)
+_VIEW_COLUMNS = money.VIEW_COLUMNS
+_ACTIVE = [state.value for state in ACTIVE_STATES]
 
 # The hot path's statements, built once: building a statement costs more than running it.
 _INSERT = _t.insert()
@@ -107,7 +83,6 @@ def provider_key_for(invocation_id: str) -> str:
 
 def fingerprint_of(*, service_code: str, version: str, body: bytes) -> str:
     """SHA-256 over serviceCode, version and the canonical JSON body (raw bytes if not JSON)."""
-    import orjson
 
     try:
         canonical = canonical_json(orjson.loads(body)).decode()
@@ -242,94 +217,28 @@ def accept(
         "created_at": now,
         "updated_at": now,
     }
-    if _on_server(session):
-        return _accept_on_server(session, row, address, policy, now)
-    session.execute(_INSERT, row)
-    _record_attempt(session, invocation_id, 1, address, now)
-    ledger.reserve(
-        session,
-        account_id=account_id,
-        amount=version.price,
-        reference=invocation_id,
+    price = version.price
+    ledger.check_reservation(amount=price, reference=invocation_id)
+    params: dict[str, Any] = {f"inv_{name}": value for name, value in row.items()}
+    quota = quotas.slot_params(account_id, policy, now)
+    params.update(
         now=now,
-        reservation_id=reservation_id,
-        savepoint=False,  # this transaction is all or nothing
+        connection_revision=address.connection_revision,
+        base_url=address.base_url,
+        credential_digest=address.credential_digest,
+        reserve_amount=price,
+        quota_policy=quota["policy"],
+        quota_window_start=quota["window_start"],
+        quota_limit=quota["limit"],
     )
-    return quotas.take_slot(session, account_id=account_id, policy=policy, now=now)
-
-
-def _on_server(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
-
-
-def settles_in_one_statement(dialect: str, artifacts: list[dict[str, Any]] | None) -> bool:
-    """Whether `finish_success` is one statement on this database (`Database.statement()`):
-    on PostgreSQL, unless there is an artifact manifest to record (decision 0191)."""
-    return dialect == "postgresql" and not artifacts
-
-
-# PostgreSQL accepts in one statement (migration 0009, decision 0191): `invocation_accept`
-# appends the intent, reserves (`ledger_reserve`) and takes the quota slot (`quota_take_slot`),
-# and a refusal raises, which takes back all of it. Run in `Database.statement()` it needs no
-# BEGIN or COMMIT.
-_ACCEPT_ON_SERVER = text(
-    "SELECT invocation_accept("
-    "CAST(:id AS text), CAST(:account_id AS text), CAST(:idempotency_key AS text), "
-    "CAST(:fingerprint AS text), CAST(:channel AS text), CAST(:service_code AS text), "
-    "CAST(:version AS text), CAST(:version_id AS text), CAST(:contract_digest AS text), "
-    "CAST(:connection_id AS text), CAST(:provider_account_id AS text), "
-    "CAST(:provider_share_bps AS integer), CAST(:price AS integer), "
-    "CAST(:has_artifact_contract AS boolean), CAST(:response_max_bytes AS integer), "
-    "CAST(:result_schema AS json), :payload, CAST(:provider_key AS text), "
-    "CAST(:state AS text), CAST(:settlement AS text), CAST(:reservation_id AS text), "
-    "CAST(:lease_owner AS text), :lease_expires_at, :now, CAST(:transfer_id AS text), "
-    "CAST(:entry_ids AS text[]), CAST(:new_account_ids AS text[]), CAST(:policy AS text), "
-    "CAST(:window_start AS bigint), CAST(:limit AS integer), "
-    "CAST(:connection_revision AS integer), CAST(:base_url AS text), "
-    "CAST(:credential_digest AS text))"
-).bindparams(
-    bindparam("payload", type_=LargeBinary()),
-    bindparam("lease_expires_at", type_=UTCDateTime()),
-    bindparam("now", type_=UTCDateTime()),
-)
-
-
-def _accept_on_server(
-    session: Session, row: dict[str, Any], address: Address, policy: Policy, now: dt.datetime
-) -> QuotaStatus:
-    price = row["price"]
-    ledger.check_reservation(amount=price, reference=row["id"])
-    # The row's values under their column names; the function sets the rest itself (sends,
-    # reconciliations, next_attempt_at and both timestamps from `now`). Names it does not
-    # bind are left out of the statement.
-    params = {
-        **row,
-        "result_schema": orjson.dumps(row["result_schema"]).decode(),
-        "now": now,
-        "connection_revision": address.connection_revision,
-        "base_url": address.base_url,
-        "credential_digest": address.credential_digest,
-        **ledger.server_transfer_ids(),
-        **quotas.server_slot(policy, now),
-    }
     try:
-        accepted = session.execute(_ACCEPT_ON_SERVER, params).scalar_one()
-    except DBAPIError as error:
-        sqlstate, detail = _raised(error)
-        if sqlstate == quotas.WINDOW_EXHAUSTED:
-            raise quotas.server_slot_refused(policy, now) from None
-        refusal = ledger.server_refusal(sqlstate, detail, amount=price)
-        if refusal is not None:
-            raise refusal from None
-        raise
-    return quotas.server_slot_taken(policy, now, int(accepted))
-
-
-def _raised(error: DBAPIError) -> tuple[str | None, str | None]:
-    """The SQLSTATE and DETAIL of what the server raised."""
-    cause = error.orig
-    diag = getattr(cause, "diag", None)
-    return getattr(cause, "sqlstate", None), getattr(diag, "message_detail", None)
+        accepted = guarded.run(session, money.ACCEPT, params)
+    except guarded.Refused as refused:
+        if refused.code == quotas.EXHAUSTED:
+            raise quotas.slot_refused(policy, now) from None
+        raise ledger.refusal(refused, amount=price) from None
+    assert accepted is not None
+    return quotas.slot_taken(policy, now, accepted["quota.accepted"])
 
 
 # --- work items and leases ---------------------------------------------------------------
@@ -522,9 +431,8 @@ def claim_due(
         .where(_c.state.in_([s.value for s in states]), lane, _c.next_attempt_at <= now, free)
         .order_by(_c.next_attempt_at)
         .limit(limit)
+        .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
     )
-    if session.get_bind().dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
     ids = list(session.execute(due).scalars())
     if not ids:
         return []
@@ -544,46 +452,18 @@ def claim_due(
 # --- terminal transitions (with the ledger, in one transaction) --------------------------
 
 
-_SETTLE_COLUMNS = (
-    _c.reservation_id,
-    _c.provider_account_id,
-    _c.provider_share_bps,
-    _c.has_artifact_contract,
-)
-
-
-@lru_cache(maxsize=8)
-def _finish_statement(columns: tuple[str, ...]) -> Any:
-    """The terminal UPDATE for one set of changed columns, built once (see `_finish`)."""
-    return (
-        update(_t)
-        .where(_held(bindparam("finish_id"), bindparam("finish_owner")))
-        .values(
-            lease_owner=None,
-            lease_expires_at=None,
-            next_attempt_at=None,
-            **{name: bindparam(name, type_=_c[name].type) for name in columns},
-        )
-        .returning(*_VIEW_COLUMNS, *_SETTLE_COLUMNS)
-    )
-
-
-def _finish(
-    session: Session,
-    invocation_id: str,
-    lease_owner: str,
-    values: dict[str, Any],
-) -> tuple[InvocationView, Sequence[Any]] | None:
-    """Move a held invocation to its terminal state; its view and ledger facts, or None when
-    the lease was lost. The view comes back from the UPDATE itself (no second read)."""
-    stmt = _finish_statement(tuple(sorted(values)))
-    row = session.execute(
-        stmt, {"finish_id": invocation_id, "finish_owner": lease_owner, **values}
-    ).first()
-    if row is None:
+def _conclude(
+    session: Session, program: guarded.Program, params: dict[str, Any]
+) -> InvocationView | None:
+    """Run a terminal program: the invocation as it leaves it, or None when it stopped (the
+    lease was lost, or the call is no longer pending)."""
+    try:
+        done = guarded.run(session, program, params)
+    except guarded.Refused as refused:
+        raise ledger.refusal(refused) from None
+    if done is None:
         return None
-    width = len(_VIEW_COLUMNS)
-    return _view(row[:width]), row[width:]
+    return _view([done[f"finish.{column.key}"] for column in _VIEW_COLUMNS])
 
 
 def finish_success(
@@ -598,82 +478,32 @@ def finish_success(
     """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost.
-    On PostgreSQL, without a manifest to record, this is one statement (`invocation_settle`;
+    Without a manifest to record this is one statement on PostgreSQL (`money.SETTLE`;
     `Database.statement()` runs it without BEGIN or COMMIT)."""
-    if settles_in_one_statement(session.get_bind().dialect.name, artifacts):
-        return _settle_on_server(session, invocation_id, lease_owner, result, artifacts, now)
-    finished = _finish(
+    view = _conclude(
         session,
-        invocation_id,
-        lease_owner,
+        money.SETTLE,
         {
-            "state": State.SUCCEEDED.value,
-            "settlement": Settlement.SETTLED.value,
-            "result": result,
-            "artifacts": artifacts,
-            "settled_at": now,
-            "updated_at": now,
+            "id": invocation_id,
+            "lease_owner": lease_owner,
+            "set_state": State.SUCCEEDED.value,
+            "set_settlement": Settlement.SETTLED.value,
+            "set_result": result,
+            "set_artifacts": artifacts,
+            "set_settled_at": now,
+            "set_updated_at": now,
+            "now": now,
         },
     )
-    if finished is None:
-        return None
-    view, (reservation_id, provider_account_id, share_bps, has_artifacts) = finished
-    if has_artifacts and artifacts:
+    if view is not None and view.has_artifact_contract and artifacts:
         _record_manifest(session, invocation_id, artifacts, now)
-    # Last: the ledger locks the balances every concurrent settlement waits on.
-    ledger.settle(
-        session,
-        reservation_id=reservation_id,
-        provider_account_id=provider_account_id,
-        provider_share_bps=share_bps,
-        now=now,
-        savepoint=False,  # this transaction is all or nothing
-    )
     return view
 
 
-# (The column names come from `_VIEW_COLUMNS`, not from any input.)
-_SETTLE_ON_SERVER = (
-    text(
-        "SELECT "  # noqa: S608
-        + ", ".join(column.name for column in _VIEW_COLUMNS)
-        + " FROM invocation_settle(CAST(:id AS text), CAST(:lease_owner AS text), "
-        "CAST(:active AS text[]), :result, CAST(:artifacts AS json), :now, "
-        "CAST(:transfer_id AS text), CAST(:entry_ids AS text[]), "
-        "CAST(:new_account_ids AS text[]))"
-    )
-    .bindparams(bindparam("result", type_=LargeBinary()), bindparam("now", type_=UTCDateTime()))
-    .columns(*_VIEW_COLUMNS)
-)
-_ACTIVE = [state.value for state in ACTIVE_STATES]
-
-
-def _settle_on_server(
-    session: Session,
-    invocation_id: str,
-    lease_owner: str,
-    result: bytes,
-    artifacts: list[dict[str, Any]] | None,
-    now: dt.datetime,
-) -> InvocationView | None:
-    params = {
-        "id": invocation_id,
-        "lease_owner": lease_owner,
-        "active": _ACTIVE,
-        "result": result,
-        "artifacts": None if artifacts is None else orjson.dumps(artifacts).decode(),
-        "now": now,
-        **ledger.server_transfer_ids(),
-    }
-    try:
-        row = session.execute(_SETTLE_ON_SERVER, params).first()
-    except DBAPIError as error:
-        sqlstate, detail = _raised(error)
-        refusal = ledger.server_refusal(sqlstate, detail, amount=0)
-        if refusal is not None:
-            raise refusal from None
-        raise
-    return None if row is None else _view(row)
+def settles_in_one_statement(artifacts: list[dict[str, Any]] | None) -> bool:
+    """Whether `finish_success` is one statement (run it in `Database.statement()`): unless
+    there is an artifact manifest to record."""
+    return not artifacts
 
 
 def _record_manifest(
@@ -697,27 +527,25 @@ def finish_failure(
     provider_http_status: int | None,
     now: dt.datetime,
 ) -> InvocationView | None:
-    """FAILED (defined failure or platform-side): release the reservation; once only.
+    """FAILED (defined failure or platform-side): release the reservation; once only. One
+    statement on PostgreSQL (`money.RELEASE`).
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost."""
-    finished = _finish(
+    return _conclude(
         session,
-        invocation_id,
-        lease_owner,
+        money.RELEASE,
         {
-            "state": State.FAILED.value,
-            "settlement": Settlement.RELEASED.value,
-            "error_code": error_code,
-            "provider_http_status": provider_http_status,
-            "settled_at": now,
-            "updated_at": now,
+            "id": invocation_id,
+            "lease_owner": lease_owner,
+            "set_state": State.FAILED.value,
+            "set_settlement": Settlement.RELEASED.value,
+            "set_error_code": error_code,
+            "set_provider_http_status": provider_http_status,
+            "set_settled_at": now,
+            "set_updated_at": now,
+            "now": now,
         },
     )
-    if finished is None:
-        return None
-    view, settle_facts = finished
-    ledger.release(session, reservation_id=settle_facts[0], now=now, savepoint=False)
-    return view
 
 
 # --- stuck calls and staff resolutions (decisions 0201, 0202) ---------------------------
@@ -797,42 +625,27 @@ def resolve(
     second resolution of the reservation anyway."""
     check_reason(reason)
     succeeded = decision is Decision.SUCCEEDED
-    values: dict[str, Any] = {
-        "state": State.SUCCEEDED.value if succeeded else State.FAILED.value,
-        "settlement": Settlement.SETTLED.value if succeeded else Settlement.RELEASED.value,
-        "error_code": None if succeeded else UNAVAILABLE,
-        "settled_at": now,
-        "updated_at": now,
-        "resolution_decision": decision.value,
-        "resolution_reason": reason,
-        "resolved_by": actor[:64],
-        "resolved_at": now,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "next_attempt_at": None,
-    }
-    row = session.execute(
-        update(_t)
-        .where(_c.id == invocation_id, _c.state.in_(_ACTIVE))
-        .values(**values)
-        .returning(*_VIEW_COLUMNS, *_SETTLE_COLUMNS)
-    ).first()
-    if row is None:
+    view = _conclude(
+        session,
+        money.RESOLVE_SETTLE if succeeded else money.RESOLVE_RELEASE,
+        {
+            "id": invocation_id,
+            "set_state": State.SUCCEEDED.value if succeeded else State.FAILED.value,
+            "set_settlement": (
+                Settlement.SETTLED.value if succeeded else Settlement.RELEASED.value
+            ),
+            "set_error_code": None if succeeded else UNAVAILABLE,
+            "set_settled_at": now,
+            "set_updated_at": now,
+            "set_resolution_decision": decision.value,
+            "set_resolution_reason": reason,
+            "set_resolved_by": actor[:64],
+            "set_resolved_at": now,
+            "now": now,
+        },
+    )
+    if view is None:
         raise _not_resolvable(session, invocation_id)
-    width = len(_VIEW_COLUMNS)
-    view = _view(row[:width])
-    reservation_id, provider_account_id, share_bps, _ = row[width:]
-    if succeeded:
-        ledger.settle(
-            session,
-            reservation_id=reservation_id,
-            provider_account_id=provider_account_id,
-            provider_share_bps=share_bps,
-            now=now,
-            savepoint=False,
-        )
-    else:
-        ledger.release(session, reservation_id=reservation_id, now=now, savepoint=False)
     return view
 
 

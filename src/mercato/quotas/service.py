@@ -1,8 +1,8 @@
 """Fixed-window call quotas per account and policy (DESIGN.md §4, spec 2.6, 2.7, 8).
 
-A slot is taken only inside the acceptance transaction of a new call intent, by a conditional
-UPDATE whose row count decides: concurrent callers on PostgreSQL queue on the row lock and
-re-check the condition; SQLite serialises writers with BEGIN IMMEDIATE.
+A slot is taken only inside the acceptance of a new call intent, by one conditional upsert
+(`slot_step`) whose returned row decides: concurrent callers on PostgreSQL queue on the row lock
+and re-check the condition; SQLite serialises writers with BEGIN IMMEDIATE.
 """
 
 from __future__ import annotations
@@ -10,10 +10,21 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Select, Table, and_, bindparam, case, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Select,
+    String,
+    Table,
+    bindparam,
+    case,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
+from mercato.db import guarded
+from mercato.db.guarded import Empty, Expr, Program, Refs, Step, inline, insert_select, param
 from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
 from mercato.quotas.models import QuotaOverride, QuotaWindow
 from mercato.quotas.schemas import Policy, QuotaStatus
@@ -115,93 +126,93 @@ def current_status(
     return status(session, account_id=account_id, policy=policy, now=now)
 
 
-def _try_take(session: Session, account_id: str, policy: Policy, start: int) -> int | None:
-    # (Bind names differ from column names: an UPDATE's parameters named after columns SET them.)
-    params = {
-        "b_account_id": account_id,
-        "b_policy": policy.name,
-        "start": start,
-        "limit": policy.limit,
-    }
-    return session.execute(_TAKE, params).scalar_one_or_none()
+# The slot, written once for both stores (`mercato.db.guarded`): one upsert. A new window
+# starts at 1, the current one counts up to the limit; the account's first call under a policy
+# inserts its row (a concurrent first call waits on the unique key, then updates). No row back:
+# the window is exhausted and nothing was taken. On PostgreSQL the row lock of the upsert queues
+# concurrent callers, which re-check the condition on the latest row; SQLite serialises writers
+# with BEGIN IMMEDIATE.
+EXHAUSTED = "quota"
+"""The refusal code of an exhausted window (`guarded.Refused.code`)."""
 
 
-def _take_statement() -> Any:
-    """Take one slot: a new window starts at 1, the current one counts up to the limit."""
-    start = bindparam("start", type_=BigInteger)
-    return (
-        update(_windows)
-        .where(
-            _windows.c.account_id == bindparam("b_account_id"),
-            _windows.c.policy == bindparam("b_policy"),
-            or_(
-                _windows.c.window_start != start,
-                and_(_windows.c.window_start == start, _windows.c.accepted < bindparam("limit")),
+def slot_step(
+    *, name: str, account_id: Expr, policy: Expr, window_start: Expr, limit: Expr
+) -> Step:
+    """The step that takes one slot (returns `accepted`, the calls in the window now)."""
+
+    def build(refs: Refs) -> Any:
+        start = window_start(refs)
+        values = {
+            "account_id": account_id(refs),
+            "policy": policy(refs),
+            "window_start": start,
+            "accepted": inline(1, Integer),
+        }
+        stmt = insert_select(refs, _windows, values)
+        current = _windows.c
+        return stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+            index_elements=[current.account_id, current.policy],
+            set_={
+                "accepted": case(
+                    (current.window_start == stmt.excluded.window_start, current.accepted + 1),  # type: ignore[attr-defined]
+                    else_=inline(1, Integer),
+                ),
+                "window_start": stmt.excluded.window_start,  # type: ignore[attr-defined]
+            },
+            where=or_(
+                current.window_start != stmt.excluded.window_start,  # type: ignore[attr-defined]
+                current.accepted < limit(refs),
             ),
-        )
-        .values(
-            accepted=case((_windows.c.window_start == start, _windows.c.accepted + 1), else_=1),
-            window_start=start,
-        )
-        .returning(_windows.c.accepted)
-    )
+        ).returning(current.accepted)
+
+    return Step(name, build, Empty.REFUSE, code=EXHAUSTED)
 
 
-_TAKE = _take_statement()  # built once: every invoke runs it
+_TAKE = Program(
+    "quota-take-slot",
+    (
+        slot_step(
+            name="quota",
+            account_id=param("account_id", String),
+            policy=param("policy", String),
+            window_start=param("window_start", BigInteger),
+            limit=param("limit", Integer),
+        ),
+    ),
+    outputs=(("quota", "accepted"),),
+)
 
 
-def _insert_first(session: Session, account_id: str, policy: Policy, start: int) -> bool:
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = (
-        insert(_windows)
-        .values(account_id=account_id, policy=policy.name, window_start=start, accepted=1)
-        .on_conflict_do_nothing()
-        .returning(_windows.c.accepted)
-    )
-    # RETURNING yields a row only when this statement inserted it (rowcount is not portable).
-    return session.execute(stmt).first() is not None
-
-
-def take_slot(
-    session: Session, *, account_id: str, policy: Policy, now: dt.datetime
-) -> QuotaStatus:
-    """Consume one slot of the current window or raise RateLimitExceeded (nothing taken)."""
-    start = _window_start(policy, now)
-    accepted = _try_take(session, account_id, policy, start)
-    if accepted is None and _insert_first(session, account_id, policy, start):
-        accepted = 1
-    if accepted is None:
-        # Lost the first-insert race: the row now exists, so the conditional update decides.
-        accepted = _try_take(session, account_id, policy, start)
-    if accepted is None:
-        raise rate_limit_error(_status(policy, start, policy.limit, now))
-    return _status(policy, start, accepted, now)
-
-
-# --- the server-side slot (PostgreSQL; migration 0009, decision 0191) ----------------------
-#
-# `quota_take_slot` does what `take_slot` does, inside the invocation engine's one-statement
-# accept; an exhausted window raises this SQLSTATE, which takes back the whole statement.
-WINDOW_EXHAUSTED = "MC002"
-
-
-def server_slot(policy: Policy, now: dt.datetime) -> dict[str, Any]:
-    """The parameters of `quota_take_slot` for a call accepted at `now`."""
+def slot_params(account_id: str, policy: Policy, now: dt.datetime) -> dict[str, Any]:
+    """The inputs of `slot_step` (as `take_slot` names them) for a call accepted at `now`."""
     return {
+        "account_id": account_id,
         "policy": policy.name,
         "window_start": _window_start(policy, now),
         "limit": policy.limit,
     }
 
 
-def server_slot_taken(policy: Policy, now: dt.datetime, accepted: int) -> QuotaStatus:
-    """The window after the server took the slot (`accepted` calls in it now)."""
+def take_slot(
+    session: Session, *, account_id: str, policy: Policy, now: dt.datetime
+) -> QuotaStatus:
+    """Consume one slot of the current window or raise RateLimitExceeded (nothing taken)."""
+    try:
+        taken = guarded.run(session, _TAKE, slot_params(account_id, policy, now))
+    except guarded.Refused:
+        raise slot_refused(policy, now) from None
+    assert taken is not None
+    return slot_taken(policy, now, taken["quota.accepted"])
+
+
+def slot_taken(policy: Policy, now: dt.datetime, accepted: int) -> QuotaStatus:
+    """The window after a slot was taken (`accepted` calls in it now)."""
     return _status(policy, _window_start(policy, now), accepted, now)
 
 
-def server_slot_refused(policy: Policy, now: dt.datetime) -> RateLimitExceeded:
-    """The error for a window the server found exhausted."""
+def slot_refused(policy: Policy, now: dt.datetime) -> RateLimitExceeded:
+    """The error for an exhausted window."""
     return rate_limit_error(_status(policy, _window_start(policy, now), policy.limit, now))
 
 

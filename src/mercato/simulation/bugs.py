@@ -47,24 +47,44 @@ def _resend_after_unknown(patcher: Patcher) -> None:
 
 
 def _double_settle(patcher: Patcher) -> None:
-    from mercato.invocations import service as invocations
-    from mercato.ledger import service as ledger
+    from mercato.db.guarded import Program, col, const, param
+    from mercato.invocations import money
+    from mercato.ledger import rules
+    from mercato.ledger.schemas import PLATFORM, AccountKind, TransferKind
 
-    settle = ledger.settle
-    resolve = ledger._resolve
+    # The settle program, with its settle transfer posted a second time after the reservation
+    # moved once: the once-only guard forgotten for the second posting.
+    def row(name: str) -> Any:
+        return col("settle_settle", name)
 
-    def buggy(session: Any, **kwargs: Any) -> None:
-        settle(session, **kwargs)
-        ledger._resolve = lambda *_a, **_k: None  # the once-only guard forgotten
-        try:
-            settle(session, **kwargs)
-        finally:
-            ledger._resolve = resolve
-
-    patcher.set(ledger, "settle", buggy)
-    # On PostgreSQL a success settles in `invocation_settle`, not through `ledger.settle`: the
-    # bug lives in the service path, so the engine is made to take it there too.
-    patcher.set(invocations, "settles_in_one_statement", lambda *_args: False)
+    again = rules.transfer_steps(
+        "again",
+        kind=TransferKind.SETTLE,
+        reference=row("id"),
+        memo=row("reference"),
+        now=param("now", rules.TIME),
+        legs=[
+            rules.Leg(
+                row("account_id"), AccountKind.RESERVED, True, row("amount"), rules.INVARIANT
+            ),
+            rules.Leg(
+                row("provider_account_id"),
+                AccountKind.EARNINGS,
+                False,
+                row("provider_amount"),
+                may_be_zero=True,
+            ),
+            rules.Leg(
+                const(PLATFORM, rules.ID),
+                AccountKind.REVENUE,
+                False,
+                row("platform_amount"),
+                may_be_zero=True,
+            ),
+        ],
+    )
+    settle = money.SETTLE
+    patcher.set(money, "SETTLE", Program(settle.name, (*settle.steps, *again), settle.outputs))
 
 
 def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:

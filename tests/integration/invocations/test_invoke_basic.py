@@ -67,8 +67,8 @@ def test_replay_returns_same_body_and_spends_nothing(world: World) -> None:
 
 @pytest.mark.postgres_only
 def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) -> None:
-    # Migration 0009 (decision 0191): `invocation_accept` and `invocation_settle` run in
-    # one-statement sessions, so neither needs BEGIN or COMMIT.
+    # Accept and settle are one data-modifying CTE each (decision 0240, no database function),
+    # run in one-statement sessions, so neither needs BEGIN or COMMIT (decision 0191).
     assert world.invoke({"n": 0}, key="warm").status_code == 200  # records the key's last use
     engine = world.runtime.db.engine
     sent: list[str] = []
@@ -95,9 +95,11 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
         event.remove(engine, "commit", committed)
         event.remove(engine.pool, "checkout", checked_out)
     assert response.status_code == 200, response.text
-    writes = [s for s in sent if "invocation_" in s or not s.lstrip().startswith("SELECT")]
+    writes = [s for s in sent if not s.lstrip().startswith("SELECT")]
     assert len(writes) == 2, sent
-    assert "invocation_accept(" in writes[0] and "invocation_settle(" in writes[1]
+    assert writes[0].startswith("WITH intent AS") and writes[1].startswith("WITH finish AS")
+    assert "INSERT INTO reservations" in writes[0] and "UPDATE reservations" in writes[1]
+    assert all("invocation_accept(" not in w and "invocation_settle(" not in w for w in writes)
     assert commits == []
     # Five statements in all: the API key; the Idempotency-Key; the version with its holds, its
     # dispatch target and the caller's policy (one read); accept; settle.

@@ -348,8 +348,9 @@ def test_provider_share_must_be_basis_points(db: Database, bps: object) -> None:
 def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
     db: Database,
 ) -> None:
-    # Migration 0008's ledger_post_transfer: accounts, locks, refusal, transfer, entries and
-    # balances in one round trip (decision 0186).
+    # The guarded statements of a rule are one data-modifying CTE on PostgreSQL (decision
+    # 0240): accounts, locks, the guarded debit, transfer, entries and balances in one round
+    # trip, calling no database function.
     caller, provider = ledger_account(db, "caller"), ledger_account(db, "provider")
     _grant(db, caller, 10)
     held = _reserve(db, caller, 10, "inv_1")
@@ -362,26 +363,29 @@ def test_on_postgresql_a_transfer_is_one_statement_and_a_refusal_writes_nothing(
     try:
         _settle(db, held, provider, 7_000, savepoint=False)  # creates the earnings account
         posted = [s for s in sent if "ledger_" in s]
-        assert len(posted) == 1 and "ledger_post_transfer" in posted[0], sent
+        assert len(posted) == 1 and posted[0].lstrip().startswith("WITH"), sent
+        assert "ledger_post_transfer" not in posted[0] and "ledger_settle" not in posted[0]
         sent.clear()
         count = select(func.count()).select_from(LedgerTransfer)
-        with db.transaction() as session:
+        with db.read() as session:
             before = session.execute(count).scalar_one()
-            with pytest.raises(InsufficientPoints):
-                service.reserve(
-                    session,
-                    account_id=caller,
-                    amount=1,
-                    reference="inv_2",
-                    now=utcnow(),
-                    savepoint=False,
-                )
-            # No SAVEPOINT to take anything back: the refused transfer appended nothing.
-            assert session.execute(count).scalar_one() == before
-            session.rollback()
+        # Autocommit, no SAVEPOINT and no rollback to take anything back: the refused
+        # reservation (its row was inserted before the debit found too little) is aborted whole.
+        with pytest.raises(InsufficientPoints), db.statement() as session:
+            service.reserve(
+                session,
+                account_id=caller,
+                amount=1,
+                reference="inv_2",
+                now=utcnow(),
+                savepoint=False,
+            )
     finally:
         event.remove(db.engine, "before_cursor_execute", record)
-    assert [s for s in sent if "ledger_post_transfer" in s]
+    assert len([s for s in sent if s.lstrip().startswith("WITH")]) == 1
+    with db.read() as session:
+        assert session.execute(count).scalar_one() == before
+        assert service.find_reservation(session, reference="inv_2") is None
     _assert_settled_at_seventy_percent(db, caller, provider)
 
 

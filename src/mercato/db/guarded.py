@@ -1,0 +1,420 @@
+"""Guarded statements: each money rule written once, as SQLAlchemy Core, run on both stores.
+
+A `Program` is an ordered list of `Step`s. A step is one Core statement (INSERT or UPDATE …
+RETURNING; on PostgreSQL also a locking SELECT) whose WHERE is its guard: it writes, and
+returns a row, only when the rule allows. Its inputs are bind parameters (`Refs.param`) and
+columns that earlier steps returned (`Refs.col`). What an empty step (no row) means is declared
+with it (`Empty`):
+
+- `REFUSE`: the operation is refused with the step's `code` and a `detail` (values read at the
+  moment of refusal, e.g. the balance that was short); nothing of the operation is written.
+  `required_if` makes the refusal conditional (a debit of zero points moves nothing).
+- `STOP`: the operation ends quietly and writes nothing (the invocation's lease was lost).
+- `SKIP`: nothing to do (a leg of zero points); steps reading its columns see no row.
+
+`compile_program(program, dialect)` builds a program once per dialect (cache it at module level
+or use `compiled(program, dialect)`, which memoizes); the two spellings differ only in how the
+same step statements are put together:
+
+- **PostgreSQL** (`Compiled.statement`): ONE statement, i.e. one round trip, without any
+  database function. Every step is a data-modifying CTE (`WITH s1 AS (INSERT … RETURNING …),
+  s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING …), …`) gated on the step before
+  it, so the steps run in program order: `EXISTS (SELECT 1 FROM <last REFUSE/STOP step>)`
+  (nothing runs after a refusal or a stop) and, after a SKIP step, `(SELECT count(*) FROM
+  <it>) >= 0`. A column of an earlier step is a scalar subquery on its CTE (NULL when the step
+  returned nothing, as the bound parameter is on SQLite). The final SELECT returns
+  `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
+  REFUSE step came back empty it casts the text `mercato-refusal|<code>|<detail>|…|<n>` to
+  integer instead, and that error (SQLSTATE 22P02) aborts the whole statement: a guard cannot
+  undo the writes of the steps before it, the abort does. Atomic on its own in autocommit
+  (`Database.statement()`), or inside the caller's transaction or SAVEPOINT.
+- **SQLite** (`Compiled.steps`): the same step statements, with the columns of earlier steps as
+  bind parameters (`s_<step>_<column>`), run one after another in the caller's transaction
+  (BEGIN IMMEDIATE has already serialised the writers). An empty REFUSE step raises before the
+  next step runs; the caller's rollback or SAVEPOINT takes back the earlier ones.
+
+Ids the rules need fresh on every run (a transfer's, its entries', new accounts') are declared
+by the steps (`Step.fresh`) and made by `run` unless the caller passes them. Inputs are passed
+by name without prefix (`run(session, program, {"amount": 10, …})`); the
+statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
+executed with a parameter named after a column would SET it).
+
+`run` executes a compiled program on a sync SQLAlchemy `Session` and returns the outputs as
+`{"<step>.<column>": value}`, or None when a STOP step was empty; a refusal raises `Refused`
+(`code`, `detail`), which each domain service maps to its MercatoError.
+
+An async executor (asyncpg, aiosqlite) needs nothing else from the domain modules. Take
+`compiled(program, dialect)` and build the values as `run` does (inputs as `p_<name>`, plus a
+fresh id for each name in `Compiled.fresh` not given). On PostgreSQL compile
+`Compiled.statement` once for the driver's dialect (`c = statement.compile(dialect=…)`:
+`c.string` is the SQL, `c.positiontup` the bind names in placeholder order; convert values the
+way each bind's type does, e.g. `UTCDateTime` wants an aware datetime), execute that text with
+the values, read the one row (`mercato_ok`: 0 stopped, 1 done; then the columns of
+`Compiled.outputs` in order) and turn an error whose SQLSTATE is 22P02 into `Refused` with
+`parse_refusal(message)`. On SQLite run `Compiled.steps` in order in one transaction with the
+rules of `_run_steps` below: bind each returned row as `s_<step>_<column>` (NULL when empty);
+an empty STOP step returns None; an empty REFUSE step runs `required_if` (when set) and
+`detail`, then raises.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    BindParameter,
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.types import TypeEngine
+
+from mercato.core.ids import new_id
+from mercato.db.uow import one_statement
+
+REFUSAL_TAG = "mercato-refusal"
+_REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
+_INVALID_TEXT = "22P02"
+
+
+class Empty(enum.Enum):
+    """What a step that returned no row means."""
+
+    REFUSE = "refuse"
+    STOP = "stop"
+    SKIP = "skip"
+
+
+class Refused(Exception):
+    """A REFUSE step found its guard false: nothing of the operation was written."""
+
+    def __init__(self, code: str, detail: tuple[str | None, ...]) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+    def number(self, index: int) -> int:
+        """Detail `index` as an integer (0 when absent)."""
+        value = self.detail[index] if index < len(self.detail) else None
+        return int(value) if value else 0
+
+
+class Refs:
+    """Where a step's builder takes its inputs from: one per program and dialect."""
+
+    def __init__(
+        self, dialect: str, ctes: Mapping[str, CTE] | None, types: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        self.dialect = dialect
+        self.gate: ColumnElement[bool] = true()
+        """The step's sequencing condition: every builder puts it in its WHERE."""
+        self._ctes = ctes
+        self._types = types
+        self._params: dict[str, BindParameter[Any]] = {}
+
+    def param(self, name: str, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Any:
+        """The input `name` (a bind parameter `p_<name>`)."""
+        found = self._params.get(name)
+        if found is None:
+            found = self._params[name] = bindparam(f"p_{name}", type_=type_)
+        return found
+
+    def col(self, step: str, column: str) -> Any:
+        """Column `column` of the row step `step` returned."""
+        if self._ctes is None:  # SQLite: bound from the row the step returned
+            key = f"s_{step}_{column}"
+            found = self._params.get(key)
+            if found is None:
+                found = self._params[key] = bindparam(key, type_=self._types[step][column])
+            return found
+        return select(self._ctes[step].c[column]).scalar_subquery()
+
+    def insert(self, table: Table) -> Insert:
+        """INSERT spelled for this dialect (upserts: `on_conflict_do_update`)."""
+        if self.dialect == "postgresql":
+            return postgresql.insert(table)
+        return sqlite.insert(table)
+
+
+Expr = Callable[[Refs], Any]
+"""An input expression, built against a `Refs`."""
+
+
+def param(name: str, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Expr:
+    return lambda refs: refs.param(name, type_)
+
+
+def col(step: str, column: str) -> Expr:
+    return lambda refs: refs.col(step, column)
+
+
+def inline(value: str | int | None, type_: Any = None) -> Any:
+    """A constant written into the SQL itself rather than bound (fewer parameters for the
+    driver to parse and send on every run; the text stays the same on every run)."""
+    if value is None:
+        return null()
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"inline takes str, int or None, not {type(value).__name__}")
+    if isinstance(value, int):
+        return literal_column(str(int(value)), type_ or Integer)
+    return literal_column("'" + value.replace("'", "''") + "'", type_ or String)
+
+
+def const(value: Any, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Expr:
+    return lambda _refs: inline(value, type_)
+
+
+def insert_select(
+    refs: Refs, table: Table, values: Mapping[str, Any], *where: ColumnElement[bool]
+) -> Insert:
+    """`INSERT INTO table (…) SELECT … WHERE gate AND where…` (always with a WHERE, which
+    SQLite's upsert grammar needs)."""
+    chosen = select(*[value.label(name) for name, value in values.items()]).where(refs.gate, *where)
+    return refs.insert(table).from_select(list(values), chosen)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    name: str
+    build: Callable[[Refs], Any]
+    empty: Empty = Empty.REFUSE
+    code: str = ""
+    detail: Callable[[Refs], Sequence[Any]] | None = None
+    required_if: Expr | None = None
+    only: str | None = None  # the one dialect this step exists on (PostgreSQL's lock)
+    fresh: tuple[tuple[str, str], ...] = ()
+    """Inputs `run` fills with a fresh id when the caller gives none: (name, id prefix)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    name: str
+    steps: tuple[Step, ...]
+    outputs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fresh(self) -> tuple[tuple[str, str], ...]:
+        """Every step's `fresh` inputs."""
+        return tuple(item for step in self.steps for item in step.fresh)
+
+
+@dataclass
+class CompiledStep:
+    step: Step
+    statement: Any
+    columns: tuple[str, ...]
+    required_if: Select[Any] | None
+    detail: Select[Any] | None
+
+
+@dataclass
+class Compiled:
+    dialect: str
+    outputs: tuple[str, ...]
+    fresh: tuple[tuple[str, str], ...] = ()  # (bind name, id prefix)
+    statement: Select[Any] | None = None  # PostgreSQL
+    steps: list[CompiledStep] = field(default_factory=list)  # SQLite
+    _sql: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+
+    def sql(self, dialect: Dialect) -> list[Any]:
+        """Every statement compiled for `dialect`, once (SQLAlchemy's statement cache is not
+        used: the dialect's upsert constructs are not cacheable, and a statement compiled
+        ahead skips even the cache key): PostgreSQL `[statement]`; SQLite, per step,
+        `[statement, required_if, detail]`."""
+        key = (dialect.driver, str(dialect.paramstyle))
+        found = self._sql.get(key)
+        if found is None:
+
+            def build(clause: Any) -> Any:
+                return None if clause is None else clause.compile(dialect=dialect)
+
+            if self.statement is not None:
+                found = [build(self.statement)]
+            else:
+                found = [
+                    [build(item.statement), build(item.required_if), build(item.detail)]
+                    for item in self.steps
+                ]
+            self._sql[key] = found
+        return found
+
+
+def _returned(statement: Any) -> dict[str, Any]:
+    columns = statement.selected_columns if isinstance(statement, Select) else None
+    if columns is None:
+        columns = statement.exported_columns
+    return {str(c.key): c.type for c in columns}
+
+
+def _anchors(step: Step) -> bool:
+    return step.empty is Empty.STOP or (step.empty is Empty.REFUSE and step.required_if is None)
+
+
+def compile_program(program: Program, dialect: str) -> Compiled:
+    """Build the program's statements for `dialect` (see the module docstring)."""
+    steps = [s for s in program.steps if s.only in (None, dialect)]
+    outputs = tuple(f"{step}.{column}" for step, column in program.outputs)
+    fresh = tuple((f"p_{name}", prefix) for name, prefix in program.fresh)
+    if dialect == "postgresql":
+        return _compile_one_statement(program, steps, outputs, fresh)
+    types: dict[str, dict[str, Any]] = {}
+    refs = Refs(dialect, None, types)
+    compiled = Compiled(dialect, outputs, fresh)
+    for step in steps:
+        statement = step.build(refs)
+        types[step.name] = _returned(statement)
+        compiled.steps.append(
+            CompiledStep(
+                step,
+                statement,
+                tuple(types[step.name]),
+                None if step.required_if is None else select(step.required_if(refs)),
+                None if step.detail is None else select(*step.detail(refs)),
+            )
+        )
+    return compiled
+
+
+def _compile_one_statement(
+    program: Program,
+    steps: list[Step],
+    outputs: tuple[str, ...],
+    fresh: tuple[tuple[str, str], ...],
+) -> Compiled:
+    ctes: dict[str, CTE] = {}
+    refs = Refs("postgresql", ctes, {})
+    anchor: str | None = None
+    previous: str | None = None
+    for step in steps:
+        gates: list[ColumnElement[bool]] = []
+        if anchor is not None:
+            gates.append(exists().select_from(ctes[anchor]))
+        if previous is not None and previous != anchor:
+            gates.append(select(func.count()).select_from(ctes[previous]).scalar_subquery() >= 0)
+        refs.gate = and_(true(), *gates)
+        ctes[step.name] = step.build(refs).cte(step.name)
+        if _anchors(step):
+            anchor = step.name
+        previous = step.name
+    refs.gate = true()
+    whens: list[tuple[Any, Any]] = []
+    for step in steps:
+        missing = ~exists().select_from(ctes[step.name])
+        if step.empty is Empty.STOP:
+            whens.append((missing, inline(0)))
+        elif step.empty is Empty.REFUSE:
+            if step.required_if is not None:
+                missing = and_(missing, step.required_if(refs))
+            whens.append((missing, cast(_tag(step, refs, ctes[step.name]), Integer)))
+    ok = select(case(*whens, else_=inline(1)).label("mercato_ok")).subquery("mercato")
+    # The outputs come from steps of one row each, joined to the verdict's one row (a step
+    # that returned nothing leaves its columns NULL).
+    joined: Any = ok
+    for name in dict.fromkeys(step for step, _ in program.outputs):
+        joined = joined.outerjoin(ctes[name], true())
+    columns = [ctes[s].c[c].label(f"{s}__{c}") for s, c in program.outputs]
+    statement = select(ok.c.mercato_ok, *columns).select_from(joined).add_cte(*ctes.values())
+    return Compiled("postgresql", outputs, fresh, statement=statement)
+
+
+def _tag(step: Step, refs: Refs, cte: CTE) -> Any:
+    parts: list[Any] = [inline(f"{REFUSAL_TAG}|{step.code}|", Text)]
+    for value in step.detail(refs) if step.detail is not None else ():
+        parts += [cast(value, Text), inline("|", Text)]
+    # A count read at run time: the text is never a constant the planner could fold (and fail).
+    parts.append(cast(select(func.count()).select_from(cte).scalar_subquery(), Text))
+    return func.concat(*parts)
+
+
+def parse_refusal(message: str) -> Refused | None:
+    """The refusal a PostgreSQL error message carries (None: not a refusal)."""
+    found = _REFUSAL.search(message)
+    if found is None:
+        return None
+    detail = tuple(value or None for value in found.group(2).split("|")[:-1])
+    return Refused(found.group(1), detail)
+
+
+@lru_cache(maxsize=256)
+def compiled(program: Program, dialect: str) -> Compiled:
+    """`compile_program`, memoized: each program is built once per dialect."""
+    return compile_program(program, dialect)
+
+
+def run(session: Session, program: Program, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Run `program` in `session` (its outputs; None when it stopped); raises `Refused`."""
+    dialect = session.get_bind().dialect
+    built = compiled(program, dialect.name)
+    sql = built.sql(dialect)
+    values = {f"p_{name}": value for name, value in params.items()}
+    for name, prefix in built.fresh:
+        if name not in values:
+            values[name] = new_id(prefix)
+    if built.statement is None:
+        return _run_steps(session, built, sql, values)
+    one_statement(session)
+    try:
+        row = session.connection().execute(sql[0], values).one()
+    except DBAPIError as error:
+        refused = _refusal_of(error)
+        if refused is None:
+            raise
+        raise refused from None
+    if row[0] == 0:
+        return None
+    return dict(zip(built.outputs, row[1:], strict=True))
+
+
+def _refusal_of(error: DBAPIError) -> Refused | None:
+    if getattr(error.orig, "sqlstate", None) != _INVALID_TEXT:
+        return None
+    return parse_refusal(str(error.orig))
+
+
+def _run_steps(
+    session: Session, built: Compiled, sql: list[Any], values: dict[str, Any]
+) -> dict[str, Any] | None:
+    connection = session.connection()
+    for item, (statement, required_if, detail_of) in zip(built.steps, sql, strict=True):
+        step = item.step
+        row = connection.execute(statement, values).first()
+        if row is not None:
+            for column, value in zip(item.columns, row, strict=True):
+                values[f"s_{step.name}_{column}"] = value
+            continue
+        if step.empty is Empty.STOP:
+            return None
+        if step.empty is Empty.REFUSE and (
+            required_if is None or connection.execute(required_if, values).scalar()
+        ):
+            detail: tuple[Any, ...] = ()
+            if detail_of is not None:
+                detail = tuple(connection.execute(detail_of, values).one())
+            raise Refused(step.code, tuple(None if v is None else str(v) for v in detail))
+        for column in item.columns:
+            values[f"s_{step.name}_{column}"] = None
+    return {name: values["s_" + name.replace(".", "_", 1)] for name in built.outputs}
