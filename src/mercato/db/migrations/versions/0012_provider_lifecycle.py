@@ -8,7 +8,7 @@ SQLite cannot change a CHECK constraint, so there the table is rebuilt (nothing 
 `versions`) and its two guard triggers are made again as migration 0004 made them.
 
 Revision ID: 0012
-Revises: 0010_attempts_and_stuck
+Revises: 0011_drop_money_functions
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from mercato.db.base import UTCDateTime
 
 revision = "0012"
-down_revision = "0010_attempts_and_stuck"
+down_revision = "0011_drop_money_functions"
 branch_labels = None
 depends_on = None
 
