@@ -133,12 +133,15 @@ class RequestIdFilter(logging.Filter):
 
 
 @contextmanager
-def about_invocation(invocation_id: str) -> Iterator[None]:
-    """Within the block every log line carries `invocation_id`."""
+def about_invocation(invocation_id: str, request_id: str | None = None) -> Iterator[None]:
+    """Within the block every log line carries `invocation_id`, and `request_id`: that of the
+    request which accepted the call (None when unknown), not the surrounding one's."""
     token = invocation_id_var.set(invocation_id)
+    request_token = request_id_var.set(request_id)
     try:
         yield
     finally:
+        request_id_var.reset(request_token)
         invocation_id_var.reset(token)
 
 

@@ -69,6 +69,7 @@ class InvokeRequest:
     version: str
     idempotency_key: str
     body: bytes
+    request_id: str | None = None  # the accepting request's id, kept on the call (0276)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +297,7 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
             invocation_id=invocation_id,
             account_id=request.account_id,
             channel=request.channel,
+            request_id=request.request_id,
             idempotency_key=request.idempotency_key,
             fingerprint=fingerprint,
             version=version,

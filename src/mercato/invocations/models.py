@@ -47,6 +47,9 @@ class Invocation(Base):
     idempotency_key: Mapped[str] = mapped_column(String(191))
     fingerprint: Mapped[str] = mapped_column(String(64))
     channel: Mapped[str] = mapped_column(String(16))
+    # The id of the request that accepted the call (None: accepted outside one, or before
+    # migration 0013); the worker's log lines about the call carry it (decision 0276).
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     service_code: Mapped[str] = mapped_column(String(200))
     version: Mapped[str] = mapped_column(String(32))

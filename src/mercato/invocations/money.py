@@ -37,6 +37,7 @@ INTENT_COLUMNS = (
     "idempotency_key",
     "fingerprint",
     "channel",
+    "request_id",
     "service_code",
     "version",
     "version_id",

@@ -176,6 +176,7 @@ def accept(
     lease_owner: str,
     lease_seconds: float,
     now: dt.datetime,
+    request_id: str | None = None,
 ) -> QuotaStatus:
     """Accept one call intent: invocation row + its first attempt's address + reservation +
     quota slot, all or nothing.
@@ -193,6 +194,7 @@ def accept(
         "idempotency_key": idempotency_key,
         "fingerprint": fingerprint,
         "channel": channel,
+        "request_id": request_id,
         "service_code": version.service_code,
         "version": version.version,
         "version_id": version.version_id,
@@ -417,9 +419,10 @@ def claim_due(
     now: dt.datetime,
     limit: int,
     stuck: bool = False,
-) -> list[str]:
+) -> list[tuple[str, str | None]]:
     """Lease up to `limit` due invocations in `states` whose lease is free or expired, from
-    one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other.
+    one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other. Each
+    comes as (invocation id, id of the request that accepted it, if any).
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED` so concurrent workers pick disjoint rows. SQLite:
     writers are serialised, and the conditional UPDATE below decides anyway.
@@ -444,9 +447,9 @@ def claim_due(
             lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
             updated_at=now,
         )
-        .returning(_c.id)
+        .returning(_c.id, _c.request_id)
     )
-    return list(claimed.scalars())
+    return [(row[0], row[1]) for row in claimed]
 
 
 # --- terminal transitions (with the ledger, in one transaction) --------------------------

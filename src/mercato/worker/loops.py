@@ -57,12 +57,14 @@ def _drain(
             )
         if not claimed:
             break
-        with about_invocation(claimed[0]):  # every line of this step names the call
+        invocation_id, request_id = claimed[0]
+        # Every line of this step names the call and the request that accepted it (0276).
+        with about_invocation(invocation_id, request_id):
             try:
-                step(runtime, client, claimed[0], owner)
+                step(runtime, client, invocation_id, owner)
             except Exception:
                 # The lease expires and another pass retries; nothing was half-committed.
-                log.exception("invocation %s: step failed", claimed[0])
+                log.exception("invocation %s: step failed", invocation_id)
         done += 1
     return done
 

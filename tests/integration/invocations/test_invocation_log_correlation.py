@@ -1,5 +1,6 @@
 """The invoke request's log line names its invocation, and every worker line about that
-invocation carries the same id (decision 0274), on both stores."""
+invocation carries the same invocation id and the same request id (decisions 0274, 0276), on
+both stores."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_worker_lines_about_a_call_join_the_request_that_made_it(
     mine = [line for line in requests if line["request_id"] == "trace-7"]
     assert len(mine) == 1 and mine[0]["invocation_id"] == invocation_id
 
-    # A worker pass, in its own context (no request id), reconciles both calls.
+    # A worker pass, in its own context (no request of its own), reconciles both calls: each
+    # line about a call carries the id of the request that made that call.
     logs.truncate(0)
     logs.seek(0)
     world.clock.advance(3600)
@@ -59,10 +61,26 @@ def test_worker_lines_about_a_call_join_the_request_that_made_it(
     worker = _lines(logs)
     calls = [line for line in worker if line["msg"] == "provider call"]
     assert len(calls) == 2 and all(line["operation"] == "reconcile" for line in calls)
-    assert all(line["request_id"] is None for line in calls)
-    assert sorted(line["invocation_id"] for line in calls) == sorted(
-        [invocation_id, other.json()["invocationId"]]
+    assert sorted((line["invocation_id"], line["request_id"]) for line in calls) == sorted(
+        [(invocation_id, mine[0]["request_id"]), (other.json()["invocationId"], "trace-8")]
     )
-    # Outside an invocation's step the worker's lines name none.
+    # Outside an invocation's step the worker's lines name neither call nor request.
     logging.getLogger("mercato.worker").info("idle")
-    assert "invocation_id" not in _lines(logs)[-1]
+    idle = _lines(logs)[-1]
+    assert "invocation_id" not in idle and idle["request_id"] is None
+
+
+def test_a_call_accepted_without_a_request_id_gets_the_generated_one(
+    world: World, logs: io.StringIO
+) -> None:
+    world.provider.script(unknown())
+    pending = world.invoke({"n": 1}, key="key-1")
+    assert pending.status_code == 202
+    generated = pending.headers["X-Request-Id"]
+    world.clock.advance(3600)
+    logs.truncate(0)
+    logs.seek(0)
+    with ObservedProviderClient(world.runtime.settings) as client:
+        assert loops.reconcile_once(world.runtime, client) == 1
+    calls = [line for line in _lines(logs) if line["msg"] == "provider call"]
+    assert [line["request_id"] for line in calls] == [generated]

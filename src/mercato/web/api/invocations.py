@@ -13,6 +13,7 @@ from starlette.responses import Response
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import ListingUnavailable, VersionNotFound
 from mercato.core.errors import MercatoError, Unauthenticated
+from mercato.core.logs import request_id_var
 from mercato.dispatch.client import ProviderClient
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
@@ -134,6 +135,7 @@ def _invoke_sync(request: Request, service_code: str, version: str, body: bytes)
                     version=version,
                     idempotency_key=key,
                     body=body,
+                    request_id=request_id_var.get(),
                 ),
             )
         if isinstance(prepared, flows.InvokeResult):

@@ -18,6 +18,7 @@ from mercato.catalog.errors import VersionNotFound
 from mercato.catalog.models import Version
 from mercato.catalog.schemas import ContractDocument
 from mercato.core.errors import MercatoError
+from mercato.core.logs import request_id_var
 from mercato.invocations import flows as invoke_flows
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import RequestSchemaViolation, RequestTooLarge
@@ -204,6 +205,7 @@ def call(request: Request, service_code: str, version: str, user: User, form: Fo
                     version=version,
                     idempotency_key=key,
                     body=body.encode("utf-8"),
+                    request_id=request_id_var.get(),
                 ),
             )
         except RequestSchemaViolation as error:
