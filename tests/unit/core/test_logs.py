@@ -12,6 +12,7 @@ import pytest
 
 from mercato.core.logs import (
     REDACTED,
+    about_invocation,
     json_handler,
     register_secret,
     request_id_var,
@@ -52,6 +53,25 @@ def test_a_line_is_one_json_object_with_the_request_id_and_extra_fields(
     assert (inside["request_id"], inside["status"], inside["route"]) == ("req-123", 200, "/v1/x")
     assert inside["ts"].endswith("+00:00")
     assert outside["request_id"] is None
+
+
+def test_lines_about_an_invocation_carry_its_request_id_not_the_surrounding_one(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    token = request_id_var.set("req-outer")
+    try:
+        with about_invocation("inv_1", "req-accepted"):
+            logger.info("about the call")
+        with about_invocation("inv_2"):
+            logger.info("about an older call")
+        logger.info("after")
+    finally:
+        request_id_var.reset(token)
+    call, older, after = _lines(stream)
+    assert (call["invocation_id"], call["request_id"]) == ("inv_1", "req-accepted")
+    assert (older["invocation_id"], older["request_id"]) == ("inv_2", None)
+    assert "invocation_id" not in after and after["request_id"] == "req-outer"
 
 
 @pytest.mark.parametrize(
