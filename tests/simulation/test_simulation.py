@@ -88,18 +88,11 @@ def test_a_failing_seed_prints_seed_step_trace_and_how_to_reproduce(
     assert "reproduce: mercato simulate --seed 1 --steps 60 --inject-bug double-settle" in out
 
 
-def test_the_run_leaves_the_platform_unpatched() -> None:
-    import random
-    import time
-
-    from mercato.core import ids
-    from mercato.invocations import failpoints, flows
+def test_a_run_with_a_bug_puts_every_function_back() -> None:
+    from mercato.invocations import flows
     from mercato.ledger import service as ledger
 
-    before = (flows.time, flows.random, ids.time, ids.secrets, failpoints.hit, ledger.settle)
+    before = (flows.conclude, flows.prepare, ledger.settle, ledger._resolve)
     run_simulation(seed=3, steps=20, bug="double-settle")
 
-    assert (flows.time, flows.random) == (time, random)
-    assert (flows.time, flows.random, ids.time, ids.secrets, failpoints.hit, ledger.settle) == (
-        before
-    )
+    assert (flows.conclude, flows.prepare, ledger.settle, ledger._resolve) == before
