@@ -12,9 +12,9 @@ import httpx
 from mercato.core.clock import FakeClock
 from mercato.db import models
 from mercato.invocations.failpoints import BEFORE_ACCEPT
-from mercato.simulation.provider import Knobs
-from mercato.simulation.trace import Recorder
-from mercato.simulation.world import SERVICE, START, Crasher, build_world, logged_errors
+from support.simulation.provider import Knobs
+from support.simulation.trace import Recorder
+from support.simulation.world import SERVICE, START, Crasher, build_world, logged_errors
 
 
 def test_twin_spending_the_last_points_is_replayed_not_refused(db_url: str, tmp_path: Path) -> None:

@@ -34,7 +34,6 @@ def _optional_modules() -> list[Any]:
         "mercato.cli.commands_cases",
         "mercato.cli.commands_demo",
         "mercato.cli.commands_client",
-        "mercato.cli.commands_simulate",
         "mercato.cli.commands_resolution",
     ]
     modules = []

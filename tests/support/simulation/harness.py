@@ -25,11 +25,12 @@ from mercato.invocations import service as invocations
 from mercato.invocations.failpoints import BEFORE_ACCEPT, CRASH_POINTS
 from mercato.ledger import service as ledger
 from mercato.quotas import service as quotas
-from mercato.simulation import bugs
-from mercato.simulation.checks import Checker
-from mercato.simulation.provider import Knobs
-from mercato.simulation.trace import Recorder, Violation
-from mercato.simulation.world import (
+from mercato.worker.loops import run_once
+from support.simulation import bugs
+from support.simulation.checks import Checker
+from support.simulation.provider import Knobs
+from support.simulation.trace import Recorder, Violation
+from support.simulation.world import (
     SERVICE,
     START,
     VERSIONS,
@@ -39,7 +40,6 @@ from mercato.simulation.world import (
     build_world,
     logged_errors,
 )
-from mercato.worker import loops
 
 POINTS = CRASH_POINTS
 _TERMINAL_CODES = {
@@ -193,7 +193,7 @@ class Simulation:
             for _ in range(40):
                 since = self.clock.now()
                 self.clock.advance(900)
-                done = loops.run_once(self.world.runtime, self.world.provider_client)
+                done = run_once(self.world.runtime, self.world.provider_client)
                 self.checker.after_step(since)
                 if done == 0:
                     break
@@ -264,7 +264,7 @@ class Simulation:
             self.recorder.note(f"arm crash at {point} (worker)")
         if self.rng.random() < 0.2:
             self.plan = self.rng.choice(["other-call", "clock", "restart-keep", "restart-lose"])
-        done = loops.run_once(self.world.runtime, self.world.provider_client)
+        done = run_once(self.world.runtime, self.world.provider_client)
         self.stats["worker_items"] += done
         self.recorder.note(f"worker pass: {done} item(s)")
 
@@ -321,7 +321,7 @@ class Simulation:
                 self._send(ks, ks.body, "replay", label="concurrent duplicate")
             elif plan == "takeover":
                 self.clock.advance(self.rng.uniform(31, 90))
-                done = loops.run_once(self.world.runtime, self.world.provider_client)
+                done = run_once(self.world.runtime, self.world.provider_client)
                 self.recorder.note(f"lease expired; another worker pass: {done} item(s)", key)
             elif plan == "other-call":
                 self._fresh(self._new_key())

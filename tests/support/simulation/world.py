@@ -33,9 +33,9 @@ from mercato.providers import service as providers
 from mercato.providers.schemas import CheckVerdict
 from mercato.quotas import service as quotas
 from mercato.settings import Settings
-from mercato.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
-from mercato.simulation.trace import Recorder
 from mercato.web.app import create_app
+from support.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
+from support.simulation.trace import Recorder
 
 SERVICE = "sim.echo"
 CREDENTIAL = "simulated-connection-credential-0123456789"
