@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     stuck_after_seconds: int = Field(default=86400, ge=1)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
+    # prometheus_client's own variable: set (by `serve --workers N`), /metrics aggregates the
+    # series of every worker process from this directory.
+    prometheus_multiproc_dir: str = Field(default="", validation_alias="PROMETHEUS_MULTIPROC_DIR")
 
     @model_validator(mode="after")
     def _fail_closed(self) -> Settings:
@@ -114,6 +117,17 @@ def _proxy_entries(text: str) -> list[str]:
                 "comma-separated addresses or CIDR networks, or leave it empty"
             ) from None
     return entries
+
+
+class CallerSettings(BaseSettings):
+    """What the caller's commands (`mercato call`, `mercato catalog`) read: the platform's URL
+    and the caller's API key. Separate from `Settings`, which a caller's machine need not have.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MERCATO_", extra="ignore")
+
+    url: str = ""
+    api_key: SecretStr | None = None
 
 
 def load_settings() -> Settings:

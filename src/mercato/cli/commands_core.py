@@ -104,7 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         uvicorn.run(create_app(Runtime.from_settings(settings)), **common)
         return 0
-    if not os.environ.get(MULTIPROC_ENV):
+    if not settings.prometheus_multiproc_dir:
         # Set before the worker processes start (and import prometheus_client).
         os.environ[MULTIPROC_ENV] = str(metrics_dir(settings.data_dir, args.port))
     uvicorn.run(

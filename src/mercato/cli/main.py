@@ -10,7 +10,19 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from mercato.cli import commands_core
+from mercato.cli import (
+    commands_accounts,
+    commands_cases,
+    commands_catalog,
+    commands_client,
+    commands_core,
+    commands_demo,
+    commands_invocations,
+    commands_ledger,
+    commands_providers,
+    commands_resolution,
+    commands_worker,
+)
 from mercato.cli.output import EXIT_USAGE, BadArgument, bad_argument, configuration_error, fail
 from mercato.core.errors import MercatoError
 from mercato.settings import SettingsError
@@ -18,32 +30,19 @@ from mercato.settings import SettingsError
 Handler = Callable[[argparse.Namespace], int]
 
 # Each module adds its commands: register(top_subparsers, admin_subparsers).
-_MODULES: list[Any] = [commands_core]
-
-
-def _optional_modules() -> list[Any]:
-    import importlib
-
-    names = [
-        "mercato.cli.commands_accounts",
-        "mercato.cli.commands_ledger",
-        "mercato.cli.commands_providers",
-        "mercato.cli.commands_catalog",
-        "mercato.cli.commands_invocations",
-        "mercato.cli.commands_worker",
-        "mercato.cli.commands_cases",
-        "mercato.cli.commands_demo",
-        "mercato.cli.commands_client",
-        "mercato.cli.commands_resolution",
-    ]
-    modules = []
-    for name in names:
-        try:
-            modules.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return modules
+_MODULES: list[Any] = [
+    commands_core,
+    commands_accounts,
+    commands_ledger,
+    commands_providers,
+    commands_catalog,
+    commands_invocations,
+    commands_worker,
+    commands_cases,
+    commands_demo,
+    commands_client,
+    commands_resolution,
+]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -61,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin_parser = top.add_parser("admin", help="operator commands")
     admin = admin_parser.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
-    for module in [*_MODULES, *_optional_modules()]:
+    for module in _MODULES:
         module.register(top, admin)
     return parser
 

@@ -14,7 +14,6 @@ checked-in `docs/openapi.json`. Regenerate it with:
 from __future__ import annotations
 
 import copy
-import importlib
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -28,8 +27,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from mercato.accounts import errors as accounts_errors
+from mercato.artifacts import errors as artifacts_errors
+from mercato.cases import errors as cases_errors
+from mercato.catalog import errors as catalog_errors
 from mercato.catalog.schemas import ContractDocument, ListingDocument, ListingPage, VersionDocument
 from mercato.core.errors import MercatoError
+from mercato.invocations import errors as invocations_errors
+from mercato.ledger import errors as ledger_errors
+from mercato.providers import errors as providers_errors
+from mercato.quotas import errors as quotas_errors
 
 OPENAPI_PATH = "/v1/openapi.json"
 DOCS_PATH = "/v1/docs"
@@ -38,16 +45,17 @@ TITLE = "Mercato caller API"
 VERSION = "1.0.0"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
-_ERROR_MODULES = [
-    "mercato.accounts.errors",
-    "mercato.artifacts.errors",
-    "mercato.cases.errors",
-    "mercato.catalog.errors",
-    "mercato.invocations.errors",
-    "mercato.ledger.errors",
-    "mercato.providers.errors",
-    "mercato.quotas.errors",
-]
+_ERROR_MODULES = (
+    accounts_errors,
+    artifacts_errors,
+    cases_errors,
+    catalog_errors,
+    invocations_errors,
+    ledger_errors,
+    providers_errors,
+    quotas_errors,
+)
+"""Every domain's errors: each MercatoError subclass the platform can raise is defined here."""
 _ADDITIONAL_CODES = {
     # Rendered by web.problems from framework exceptions, not from a MercatoError class.
     "INVALID_REQUEST": 400,
@@ -436,12 +444,6 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
 
 def error_statuses() -> dict[str, int]:
     """Every problem code the platform can answer, with its HTTP status."""
-    for name in _ERROR_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
     found: dict[str, int] = dict(_ADDITIONAL_CODES)
     stack: list[type[MercatoError]] = [MercatoError]
     while stack:
