@@ -161,7 +161,7 @@ def test_the_production_runtime_has_no_failpoints_and_the_real_parts(tmp_path: P
             runtime.provider_client()
         app = create_app(runtime)  # the app factory completes it once
         assert isinstance(app.state.runtime.provider_client(), ObservedProviderClient)
-        assert app.state.runtime.db is runtime.db
+        assert app.state.runtime is runtime  # completed in place: one runtime per process
     finally:
         runtime.db.dispose()
 

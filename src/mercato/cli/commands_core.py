@@ -39,7 +39,7 @@ def runtime_from_env(
 ) -> Runtime:
     """The command's Runtime, built once from the `MERCATO_*` settings (a provider client is
     made but opens no connection until a command calls a provider)."""
-    return Runtime.from_settings(load_settings()).with_provider(client)
+    return Runtime.from_settings(load_settings()).ensure_provider(client)
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:

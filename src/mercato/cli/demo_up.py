@@ -498,7 +498,7 @@ def _bring_up(
         if not _port_free(options.port):
             raise UpFailed(f"port {options.port} on {HOST} is in use; choose another with --port")
         taken.add(options.port)
-    runtime = Runtime.from_settings(load_settings()).with_provider(ProviderClient)
+    runtime = Runtime.from_settings(load_settings()).ensure_provider(ProviderClient)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     upgrade(runtime.db.engine)
     say(f"database is up to date; data under {data_dir}")

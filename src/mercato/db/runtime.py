@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING
 
@@ -53,11 +53,12 @@ class Runtime:
             raise NoProviderClient("this Runtime was built without a provider client")
         return self.provider
 
-    def with_provider(self, make: Callable[[Settings], ProviderClient]) -> Runtime:
-        """This runtime, with `make(settings)` as its provider client unless it has one."""
-        if self.provider is not None:
-            return self
-        return replace(self, provider=make(self.settings))
+    def ensure_provider(self, make: Callable[[Settings], ProviderClient]) -> Runtime:
+        """Give this runtime `make(settings)` as its provider client unless it has one; return
+        it (the same object: whoever holds it sees the client, and its other parts stay shared)."""
+        if self.provider is None:
+            self.provider = make(self.settings)
+        return self
 
     @classmethod
     def from_settings(

@@ -19,7 +19,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     A runtime built without a provider client gets the observed one here, once.
     """
     app = FastAPI(title="Mercato", version="1.0.0", docs_url=None, redoc_url=None)
-    app.state.runtime = runtime.with_provider(ObservedProviderClient)
+    app.state.runtime = runtime.ensure_provider(ObservedProviderClient)
     problems.install(app)
     for router in routers():
         app.include_router(router)

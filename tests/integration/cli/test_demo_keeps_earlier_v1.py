@@ -94,7 +94,7 @@ def test_a_later_run_keeps_a_v1_published_with_an_earlier_contract(
 
     said: list[str] = []
     connect_provider(
-        runtime.with_provider(ProviderClient),
+        runtime.ensure_provider(ProviderClient),
         base_url=provider_url,
         credential=CREDENTIAL,
         say=said.append,
@@ -109,7 +109,7 @@ def test_a_later_run_keeps_a_v1_published_with_an_earlier_contract(
 def test_an_empty_data_dir_publishes_todays_contract(runtime: Runtime, provider_url: str) -> None:
     said: list[str] = []
     connect_provider(
-        runtime.with_provider(ProviderClient),
+        runtime.ensure_provider(ProviderClient),
         base_url=provider_url,
         credential=CREDENTIAL,
         say=said.append,
