@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     ready_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
+    # prometheus_client's own variable: set (by `serve --workers N`), /metrics aggregates the
+    # series of every worker process from this directory.
+    prometheus_multiproc_dir: str = Field(default="", validation_alias="PROMETHEUS_MULTIPROC_DIR")
 
     @model_validator(mode="after")
     def _fail_closed(self) -> Settings:
@@ -311,6 +314,17 @@ def _ensure_data_dir(settings: Settings) -> None:
             f"MERCATO_DATA_DIR: {settings.data_dir} is not writable; give a directory this "
             "user can write, or unset it for ./var"
         )
+
+
+class CallerSettings(BaseSettings):
+    """What the caller's commands (`mercato call`, `mercato catalog`) read: the platform's URL
+    and the caller's API key. Separate from `Settings`, which a caller's machine need not have.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MERCATO_", extra="ignore")
+
+    url: str = ""
+    api_key: SecretStr | None = None
 
 
 def load_settings() -> Settings:

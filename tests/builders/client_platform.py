@@ -56,9 +56,12 @@ class Platform:
     def blobs(self) -> Path:
         return Path(self.env["MERCATO_DATA_DIR"]) / "blobs"
 
-    def start(self, **extra_env: str) -> Serve:
+    def start(self, *, failpoints: str = "") -> Serve:
         self.serve = Serve(
-            {**self.env, **extra_env}, self.logs / f"serve-{utcnow():%H%M%S%f}.log", port=self.port
+            self.env,
+            self.logs / f"serve-{utcnow():%H%M%S%f}.log",
+            port=self.port,
+            failpoints=failpoints,
         )
         return self.serve
 

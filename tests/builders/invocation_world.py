@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,8 +184,8 @@ def build_world(db_url: str, tmp_path: Path, provider: ScriptedProvider, **setti
         provider_share_bps=7000,
     )
     api_key, _ = make_api_key(runtime.db, caller_id)
-    app = create_app(runtime)
     provider_client = ProviderClient(config)
-    app.state.provider_client = provider_client
+    runtime = dataclasses.replace(runtime, provider=provider_client)
+    app = create_app(runtime)
     client = TestClient(app, raise_server_exceptions=False)
     return World(runtime, clock, client, provider, provider_client, caller_id, provider_id, api_key)

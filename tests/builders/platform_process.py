@@ -94,15 +94,27 @@ class LiveProcess(ManagedProcess):
         return f"http://127.0.0.1:{self.port}"
 
 
+FAILPOINT_SERVE = Path(__file__).parents[1] / "support" / "failpoint_serve.py"
+
+
 class Serve(LiveProcess):
-    """One `mercato serve`, on a free port unless one is given (a restart keeps its address)."""
+    """One `mercato serve`, on a free port unless one is given (a restart keeps its address).
+
+    With `failpoints` (comma-separated), the crash suite's test entry instead: the same server
+    whose Runtime SIGKILLs the process at those points (tests/support/failpoint_serve.py).
+    """
 
     what = "serve"
 
-    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path, port: int | None = None, *, failpoints: str = ""
+    ) -> None:
         port = free_port() if port is None else port
-        args = [sys.executable, "-m", "mercato", "serve", "--port", str(port)]
-        super().__init__(args, log, port=port, env=env)
+        if failpoints:
+            args = [sys.executable, str(FAILPOINT_SERVE), "--failpoints", failpoints]
+        else:
+            args = [sys.executable, "-m", "mercato", "serve"]
+        super().__init__([*args, "--port", str(port)], log, port=port, env=env)
 
 
 class Worker(ManagedProcess):

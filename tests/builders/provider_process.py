@@ -37,7 +37,7 @@ class ProviderProcess:
     def start(self, *extra: str, env: dict[str, str] | None = None) -> None:
         args = [sys.executable, str(ECHO_PROVIDER), "--port", str(self.port)]
         args += ["--store", self.store, "--counter", str(self.counter), *extra]
-        full_env = {k: v for k, v in os.environ.items() if k != "MERCATO_PROVIDER_FAILPOINT"}
+        full_env = dict(os.environ)
         full_env.update({"ECHO_PROVIDER_CREDENTIAL": CREDENTIAL, **(env or {})})
         self.process = subprocess.Popen(args, env=full_env)
         self._wait_live()

@@ -6,26 +6,31 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
 from mercato.core.clock import FakeClock
 from mercato.db import models
-from mercato.invocations import flows
-from mercato.simulation.provider import Knobs
-from mercato.simulation.trace import Recorder
-from mercato.simulation.world import SERVICE, START, Crasher, Patcher, build_world, seams
+from mercato.invocations.failpoints import BEFORE_ACCEPT
+from support.simulation.provider import Knobs
+from support.simulation.trace import Recorder
+from support.simulation.world import SERVICE, START, Crasher, build_world, logged_errors
 
 
-def test_twin_spending_the_last_points_is_replayed_not_refused(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_twin_spending_the_last_points_is_replayed_not_refused(db_url: str, tmp_path: Path) -> None:
     models.load_all()
     recorder, clock, errors = Recorder(), FakeClock(START), []
-    with seams(Patcher(), clock, Crasher(recorder), seed=0, on_logged_error=errors.append):
-        world = build_world(db_url, tmp_path / "data", clock, recorder, random.Random(0))
+    failpoints = Crasher(recorder)
+    with logged_errors(errors.append):
+        world = build_world(
+            db_url,
+            tmp_path / "data",
+            clock,
+            recorder,
+            random.Random(0),
+            failpoints=failpoints,
+            seed=0,
+        )
         world.provider.knobs = Knobs(0, 0, 0, 0, 0, 0, 0, 0)  # every call succeeds at once
         caller = world.callers[3]  # 40 points; v1 costs 10
 
@@ -41,19 +46,10 @@ def test_twin_spending_the_last_points_is_replayed_not_refused(
                 clock.advance(10)  # this caller may make 2 calls per 10 s
                 assert post(f"spend-{index}").status_code == 200
             clock.advance(10)
-            original = flows.in_transaction
             twin: list[httpx.Response] = []
-            raced: list[bool] = []
-
-            def racing(runtime: Any, work: Any, **options: Any) -> Any:
-                # The twin is accepted after our replay check, just before our accept
-                # transaction opens (not inside it: its locks would make the twin wait on us).
-                if not raced:
-                    raced.append(True)
-                    twin.append(post("last"))
-                return original(runtime, work, **options)
-
-            monkeypatch.setattr(flows, "in_transaction", racing)
+            # The twin is accepted after our replay check, just before our accept transaction
+            # opens (not inside it: its locks would make the twin wait on us).
+            failpoints.interleave[BEFORE_ACCEPT] = lambda: twin.append(post("last"))
             first = post("last")
         finally:
             world.close()

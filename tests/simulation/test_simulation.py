@@ -3,15 +3,18 @@ exactly, and each deliberately injected bug is caught (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from mercato.cli.main import main
 from mercato.db import models
-from mercato.simulation.bugs import BUGS
-from mercato.simulation.harness import Simulation, Verdict
-from mercato.simulation.runner import run_simulation
+from support.simulation.bugs import BUGS
+from support.simulation.cli import main
+from support.simulation.harness import Simulation, Verdict
+from support.simulation.runner import run_simulation
 
 SEEDS = (1, 2, 3, 4, 5, 6)
 STEPS = 50
@@ -79,27 +82,45 @@ def test_a_different_seed_gives_a_different_run() -> None:
 def test_a_failing_seed_prints_seed_step_trace_and_how_to_reproduce(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = main(["simulate", "--seed", "1", "--steps", "60", "--inject-bug", "double-settle"])
+    code = main(["--seed", "1", "--steps", "60", "--inject-bug", "double-settle"])
 
     out = capsys.readouterr().out
     assert code == 1
     assert "FAILED seed 1 at step " in out
     assert "minimal trace:" in out
-    assert "reproduce: mercato simulate --seed 1 --steps 60 --inject-bug double-settle" in out
+    assert (
+        "reproduce: python tests/simulate.py --seed 1 --steps 60 --inject-bug double-settle" in out
+    )
 
 
-def test_the_run_leaves_the_platform_unpatched() -> None:
-    import random
-    import time
+def test_the_checkout_script_runs_a_seed_and_prints_its_verdict() -> None:
+    script = Path(__file__).parents[1] / "simulate.py"
+    ran = subprocess.run(
+        [sys.executable, str(script), "--seed", "2", "--steps", "5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
-    from mercato.core import ids
-    from mercato.invocations import failpoints, flows
+    assert ran.returncode == 0, ran.stderr
+    verdict = json.loads(ran.stdout)
+    assert (verdict["seed"], verdict["stepsRun"], verdict["passed"]) == (2, 5, True)
+
+
+def test_a_bad_step_count_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--steps", "0"])
+
+    assert exited.value.code == 2
+    assert "--steps must be at least 1" in capsys.readouterr().err
+
+
+def test_a_run_with_a_bug_puts_every_function_back() -> None:
+    from mercato.invocations import flows
     from mercato.ledger import service as ledger
 
-    before = (flows.time, flows.random, ids.time, ids.secrets, failpoints.hit, ledger.settle)
+    before = (flows.conclude, flows.prepare, ledger.settle, ledger._resolve)
     run_simulation(seed=3, steps=20, bug="double-settle")
 
-    assert (flows.time, flows.random) == (time, random)
-    assert (flows.time, flows.random, ids.time, ids.secrets, failpoints.hit, ledger.settle) == (
-        before
-    )
+    assert (flows.conclude, flows.prepare, ledger.settle, ledger._resolve) == before

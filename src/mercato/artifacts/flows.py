@@ -263,4 +263,5 @@ def _record_failure(runtime: Runtime, job: PendingIngestion, error: str) -> None
             artifact_id=job.entry.artifact_id,
             error=error,
             now=runtime.clock.now(),
+            rng=runtime.random,
         )

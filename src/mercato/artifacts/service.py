@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 import re
 from collections.abc import Sequence
+from random import Random
 from typing import Any
 
 import sqlalchemy as sa
@@ -250,22 +250,29 @@ def mark_ingested(
 
 
 def record_failure(
-    session: Session, *, invocation_id: str, artifact_id: str, error: str, now: dt.datetime
+    session: Session,
+    *,
+    invocation_id: str,
+    artifact_id: str,
+    error: str,
+    now: dt.datetime,
+    rng: Random,
 ) -> dt.datetime | None:
-    """Note a failed pull and schedule the next one with capped exponential backoff."""
+    """Note a failed pull and schedule the next one with capped exponential backoff (jitter
+    from `rng`, the Runtime's random)."""
     row = session.get(InvocationArtifact, (invocation_id, artifact_id), with_for_update=True)
     if row is None or row.ingested_at is not None:
         return None
     row.last_error = error[:500]
-    row.next_attempt_at = now + backoff(row.attempts)
+    row.next_attempt_at = now + backoff(row.attempts, rng)
     session.flush()
     return row.next_attempt_at
 
 
-def backoff(attempts: int) -> dt.timedelta:
+def backoff(attempts: int, rng: Random) -> dt.timedelta:
     """Delay before the next pull after `attempts` tries: doubling, capped, with jitter."""
     base = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(0, min(attempts - 1, 20)))
-    return dt.timedelta(seconds=base * random.uniform(1.0, 1.2))
+    return dt.timedelta(seconds=base * rng.uniform(1.0, 1.2))
 
 
 def mark_corrupted(session: Session, *, digest: str, now: dt.datetime) -> int:

@@ -6,7 +6,6 @@ import argparse
 import itertools
 import json
 import logging
-import os
 import sys
 import threading
 from pathlib import Path
@@ -22,6 +21,7 @@ from mercato.client import (
     RetryPolicy,
     TransportFailed,
 )
+from mercato.settings import CallerSettings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 CALL_WAIT_SECONDS = 300.0
@@ -55,7 +55,7 @@ def _quiet_http_logs() -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return str(args.url or os.environ.get("MERCATO_URL") or DEFAULT_URL)
+    return str(args.url or CallerSettings().url or DEFAULT_URL)
 
 
 def _error(text: str, code: int = EXIT_FAILURE) -> int:
@@ -129,7 +129,8 @@ def _call(
 
 def cmd_call(args: argparse.Namespace) -> int:
     _quiet_http_logs()
-    api_key = args.api_key or os.environ.get("MERCATO_API_KEY")
+    configured = CallerSettings().api_key
+    api_key = args.api_key or (configured.get_secret_value() if configured else None)
     if not api_key:
         return _error("UNAUTHENTICATED: set MERCATO_API_KEY or pass --api-key", EXIT_USAGE)
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mercato.db.runtime import Runtime
-from mercato.settings import load_settings
+from mercato.dispatch.client import ProviderClient
+from mercato.settings import Settings, load_settings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -32,8 +34,12 @@ def register(top: Any, _admin: Any) -> None:
     openapi.set_defaults(handler=cmd_openapi)
 
 
-def runtime_from_env() -> Runtime:
-    return Runtime.from_settings(load_settings())
+def runtime_from_env(
+    client: Callable[[Settings], ProviderClient] = ProviderClient,
+) -> Runtime:
+    """The command's Runtime, built once from the `MERCATO_*` settings (a provider client is
+    made but opens no connection until a command calls a provider)."""
+    return Runtime.from_settings(load_settings()).ensure_provider(client)
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:
@@ -61,18 +67,11 @@ def metrics_dir(data_dir: Path, port: int) -> Path:
     return directory
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from mercato.core.logs import configure_logging
-
-    if args.workers < 1:
-        raise SystemExit("--workers must be at least 1")
-    settings = load_settings()  # fail closed here, before any worker starts
-    configure_logging()
-    common: dict[str, Any] = {
-        "host": args.host,
-        "port": args.port,
+def server_options(settings: Settings, *, host: str, port: int) -> dict[str, Any]:
+    """The uvicorn options of `mercato serve` (also used by the crash suite's test entry)."""
+    return {
+        "host": host,
+        "port": port,
         "log_config": None,
         "access_log": False,
         "server_header": False,
@@ -88,12 +87,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # stalled mid-request cannot hold the shutdown open for ever.
         "timeout_graceful_shutdown": int(settings.provider_timeout_seconds) + 5,
     }
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from mercato.core.logs import configure_logging
+
+    if args.workers < 1:
+        raise SystemExit("--workers must be at least 1")
+    settings = load_settings()  # fail closed here, before any worker starts
+    configure_logging()
+    common = server_options(settings, host=args.host, port=args.port)
     if args.workers == 1:
         from mercato.web.app import create_app
 
         uvicorn.run(create_app(Runtime.from_settings(settings)), **common)
         return 0
-    if not os.environ.get(MULTIPROC_ENV):
+    if not settings.prometheus_multiproc_dir:
         # Set before the worker processes start (and import prometheus_client).
         os.environ[MULTIPROC_ENV] = str(metrics_dir(settings.data_dir, args.port))
     uvicorn.run(

@@ -21,7 +21,6 @@ from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
 from mercato.core.errors import MercatoError
 from mercato.db.runtime import Runtime
-from mercato.dispatch.client import ProviderClient
 from mercato.providers import service as providers
 from mercato.providers.errors import ConnectionNotFound
 from mercato.providers.schemas import RunView
@@ -94,7 +93,7 @@ def _owner_id(session: Session, email: str) -> str:
 
 
 def _check(runtime: Runtime, connection_id: str) -> RunView:
-    with ProviderClient(runtime.settings) as client, _arguments_checked():
+    with runtime.provider_client() as client, _arguments_checked():
         return check_connection(runtime, client, connection_id=connection_id)
 
 
@@ -118,7 +117,7 @@ def cmd_add_connection(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
     with runtime.db.read() as session:
         owner_id = _owner_id(session, args.owner)
-    with ProviderClient(runtime.settings) as client, _arguments_checked():
+    with runtime.provider_client() as client, _arguments_checked():
         submitted = submit_connection(
             runtime,
             client,
@@ -138,7 +137,7 @@ def cmd_add_connection(args: argparse.Namespace) -> int:
 
 def cmd_update_connection(args: argparse.Namespace) -> int:
     runtime = runtime_from_env()
-    with ProviderClient(runtime.settings) as client, _arguments_checked():
+    with runtime.provider_client() as client, _arguments_checked():
         changed = change_connection(
             runtime,
             client,

@@ -23,10 +23,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from mercato.worker.loops import run_once
     from mercato.worker.runner import run_forever
 
-    runtime = runtime_from_env()
+    runtime = runtime_from_env(ObservedProviderClient)
     if not args.once:
         configure_logging()  # JSON lines on stderr, secrets redacted (docs/deployment.md)
-    with ObservedProviderClient(runtime.settings) as client:
+    with runtime.provider_client() as client:
         if args.once:
             print(run_once(runtime, client))
             return 0

@@ -303,29 +303,29 @@ def connect_provider(
             )
         )
     run: RunView | None
-    with ProviderClient(runtime.settings) as client:
-        if existing is None:
-            submitted = submit_connection(
-                runtime,
-                client,
-                owner_id=owner_id,
-                name=CONNECTION_NAME,
-                base_url=base_url,
-                credential=credential,
-            )
-            connection_id, run = submitted.connection_id, submitted.run
-            say(f"submitted connection {connection_id} ({base_url})")
+    client = runtime.provider_client()  # the Runtime's; closed with the process
+    if existing is None:
+        submitted = submit_connection(
+            runtime,
+            client,
+            owner_id=owner_id,
+            name=CONNECTION_NAME,
+            base_url=base_url,
+            credential=credential,
+        )
+        connection_id, run = submitted.connection_id, submitted.run
+        say(f"submitted connection {connection_id} ({base_url})")
+    else:
+        changed = change_connection(
+            runtime, client, connection_id=existing, base_url=base_url, credential=credential
+        )
+        connection_id, run = existing, changed.run
+        if run is not None:
+            say(f"updated connection {connection_id} to revision {changed.revision}")
+        elif not changed.approved:
+            run = check_connection(runtime, client, connection_id=connection_id)
         else:
-            changed = change_connection(
-                runtime, client, connection_id=existing, base_url=base_url, credential=credential
-            )
-            connection_id, run = existing, changed.run
-            if run is not None:
-                say(f"updated connection {connection_id} to revision {changed.revision}")
-            elif not changed.approved:
-                run = check_connection(runtime, client, connection_id=connection_id)
-            else:
-                say(f"reusing approved connection {connection_id}")
+            say(f"reusing approved connection {connection_id}")
     if run is not None:
         if not run.passed:
             raise UpFailed("the example provider failed the conformance check:\n" + _run_text(run))
@@ -537,7 +537,7 @@ def _bring_up(
         if not _port_free(options.port):
             raise UpFailed(f"port {options.port} on {HOST} is in use; choose another with --port")
         taken.add(options.port)
-    runtime = Runtime.from_settings(load_settings())
+    runtime = Runtime.from_settings(load_settings()).ensure_provider(ProviderClient)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     upgrade(runtime.db.engine)
     say(f"database is up to date; data under {data_dir}")

@@ -12,7 +12,20 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 
-from mercato.cli import commands_core
+from mercato.cli import (
+    commands_accounts,
+    commands_cases,
+    commands_catalog,
+    commands_client,
+    commands_core,
+    commands_demo,
+    commands_invocations,
+    commands_ledger,
+    commands_provider,
+    commands_providers,
+    commands_resolution,
+    commands_worker,
+)
 from mercato.cli.output import (
     EXIT_USAGE,
     BadArgument,
@@ -27,34 +40,20 @@ from mercato.settings import SettingsError, beside_demo
 Handler = Callable[[argparse.Namespace], int]
 
 # Each module adds its commands: register(top_subparsers, admin_subparsers).
-_MODULES: list[Any] = [commands_core]
-
-
-def _optional_modules() -> list[Any]:
-    import importlib
-
-    names = [
-        "mercato.cli.commands_accounts",
-        "mercato.cli.commands_ledger",
-        "mercato.cli.commands_providers",
-        "mercato.cli.commands_catalog",
-        "mercato.cli.commands_invocations",
-        "mercato.cli.commands_worker",
-        "mercato.cli.commands_cases",
-        "mercato.cli.commands_demo",
-        "mercato.cli.commands_client",
-        "mercato.cli.commands_simulate",
-        "mercato.cli.commands_resolution",
-        "mercato.cli.commands_provider",
-    ]
-    modules = []
-    for name in names:
-        try:
-            modules.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return modules
+_MODULES: list[Any] = [
+    commands_core,
+    commands_accounts,
+    commands_ledger,
+    commands_providers,
+    commands_catalog,
+    commands_invocations,
+    commands_worker,
+    commands_cases,
+    commands_demo,
+    commands_client,
+    commands_resolution,
+    commands_provider,
+]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -72,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     admin_parser = top.add_parser("admin", help="operator commands")
     admin = admin_parser.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
-    for module in [*_MODULES, *_optional_modules()]:
+    for module in _MODULES:
         module.register(top, admin)
     return parser
 

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 
+from mercato.core.ids import SYSTEM_IDS, Ids, bound
 from mercato.db.engine import READ_OPTION
 
 
@@ -94,10 +95,14 @@ class Database:
     queueing on the same hot rows, and on the interpreter lock between their round trips, only
     slow each other down. A thread that nests a transaction or a read inside its own takes one
     turn, not two.
+
+    `ids` is the Runtime's id source: every unit of work binds it, so the rows it names get
+    their ids from it (`mercato.core.ids.new_id`).
     """
 
-    def __init__(self, engine: Engine, *, concurrency: int = 0) -> None:
+    def __init__(self, engine: Engine, *, concurrency: int = 0, ids: Ids | None = None) -> None:
         self.engine = engine
+        self.ids: Ids = ids or SYSTEM_IDS
         self._sessions = sessionmaker(engine, expire_on_commit=False, autoflush=True)
         self._readers = sessionmaker(_read_engine(engine), expire_on_commit=False, autoflush=True)
         event.listen(self._readers, "do_orm_execute", _refuse_statement)
@@ -129,7 +134,8 @@ class Database:
             self._enter()
         self._depth.value = depth + 1
         try:
-            yield
+            with bound(self.ids):
+                yield
         finally:
             self._depth.value = depth
             if depth == 0:

@@ -1,20 +1,17 @@
-"""Test-only crash points: `MERCATO_FAILPOINTS=after-accept,after-send,before-settle`.
+"""The invocation engine's failpoints (announced through `runtime.failpoints`).
 
-When a listed point is reached, the process SIGKILLs itself, so crash-recovery tests can stop
-the platform at an exact step instead of by timing. Unset (the default), `hit` does nothing.
+- `before-accept`: a fresh call's checks are done; its accept transaction is about to open.
+- `after-accept`: the accept transaction has committed; nothing has been sent.
+- `after-send`: the provider has answered (or failed); nothing has been recorded.
+- `before-settle`: the deciding transaction has committed; the answer is not yet returned.
 """
 
 from __future__ import annotations
 
-import os
-import signal
+BEFORE_ACCEPT = "before-accept"
+AFTER_ACCEPT = "after-accept"
+AFTER_SEND = "after-send"
+BEFORE_SETTLE = "before-settle"
 
-POINTS = ("after-accept", "after-send", "before-settle")
-ENV_VAR = "MERCATO_FAILPOINTS"
-
-
-def hit(point: str) -> None:
-    """Kill this process at once if `point` is switched on."""
-    configured = os.environ.get(ENV_VAR)
-    if configured and point in {p.strip() for p in configured.split(",")}:
-        os.kill(os.getpid(), signal.SIGKILL)
+CRASH_POINTS = (AFTER_ACCEPT, AFTER_SEND, BEFORE_SETTLE)
+"""The points at which the crash suite and the simulation kill the platform."""

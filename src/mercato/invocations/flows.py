@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from random import Random
 from typing import Any, TypeVar
 
 import orjson
@@ -22,14 +21,13 @@ from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core.errors import MercatoError
-from mercato.core.ids import new_id
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.dispatch.outcomes import Classified, classify
-from mercato.invocations import failpoints
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import (
     IdempotencyKeyInUse,
@@ -37,6 +35,7 @@ from mercato.invocations.errors import (
     RequestSchemaViolation,
     RequestTooLarge,
 )
+from mercato.invocations.failpoints import AFTER_ACCEPT, AFTER_SEND, BEFORE_ACCEPT, BEFORE_SETTLE
 from mercato.invocations.schemas import CONTRACT_VIOLATION, UNAVAILABLE, InvocationView, State
 from mercato.invocations.service import Job
 from mercato.ledger.errors import InsufficientPoints
@@ -92,10 +91,10 @@ def lease_seconds(runtime: Runtime) -> float:
     return max(float(settings.idempotency_lease_seconds), 2.0 * timeout + 2.0)
 
 
-def _backoff(base: float, cap: float, attempt: int) -> float:
-    """Exponential backoff with full-range jitter in [delay/2, delay]."""
+def _backoff(rng: Random, base: float, cap: float, attempt: int) -> float:
+    """Exponential backoff with full-range jitter in [delay/2, delay] (the Runtime's random)."""
     delay: float = min(cap, base * 2.0 ** max(attempt - 1, 0))
-    return delay / 2 + random.random() * delay / 2
+    return delay / 2 + rng.random() * delay / 2
 
 
 def _later(runtime: Runtime, seconds: float) -> dt.datetime:
@@ -125,7 +124,7 @@ def in_transaction(
             state = getattr(exc.orig, "sqlstate", None)
             if state not in _RETRY_SQLSTATES or attempt == _TX_ATTEMPTS:
                 raise
-            time.sleep(random.random() * 0.05 * attempt)
+            runtime.sleep(runtime.random.random() * 0.05 * attempt)
     raise AssertionError("unreachable")
 
 
@@ -287,8 +286,8 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
         raise ProviderNotApproved("The provider connection of this version is not approved.")
     _check_body(request.body, version)
 
-    invocation_id = new_id("inv")
-    owner = new_id("lease")
+    invocation_id = runtime.ids.new("inv")
+    owner = runtime.ids.new("lease")
     now = runtime.clock.now()
 
     def accept(session: Session) -> QuotaStatus:
@@ -309,6 +308,7 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
             now=now,
         )
 
+    runtime.failpoints.hit(BEFORE_ACCEPT)
     try:
         quota = in_transaction(runtime, accept, one_statement=True)
     except (IntegrityError, InsufficientPoints, RateLimitExceeded):
@@ -322,7 +322,7 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
         if twin is None:
             raise
         return _replay(twin, fingerprint, runtime.clock.now())
-    failpoints.hit("after-accept")
+    runtime.failpoints.hit(AFTER_ACCEPT)
     job = Job(
         invocation_id=invocation_id,
         state=State.DISPATCHING.value,
@@ -369,7 +369,7 @@ def send_and_conclude(
             response_max_bytes=job.response_max_bytes,
             timeout=runtime.settings.provider_timeout_seconds,
         )
-        failpoints.hit("after-send")
+        runtime.failpoints.hit(AFTER_SEND)
         classified = classify(answer)
         if classified.outcome is not Outcome.RETRYABLE_BEFORE_ACCEPT:
             return conclude(runtime, job, owner, classified)
@@ -377,7 +377,7 @@ def send_and_conclude(
             return _fail(runtime, job, owner, UNAVAILABLE, None)
         if not synchronous:
             return _park(runtime, job, owner, State.RETRY_WAIT, sends, "retryable_before_accept")
-        time.sleep(_backoff(_SYNC_BACKOFF_BASE, _SYNC_BACKOFF_CAP, sends))
+        runtime.sleep(_backoff(runtime.random, _SYNC_BACKOFF_BASE, _SYNC_BACKOFF_CAP, sends))
         with runtime.db.transaction() as session:
             counted = invocations.record_send(
                 session,
@@ -409,11 +409,11 @@ def _park(
 ) -> InvocationView | None:
     stuck = state is State.RECONCILING and is_stuck(runtime, job)
     if state is State.RETRY_WAIT:
-        delay = _backoff(_RETRY_BACKOFF_BASE, _RETRY_BACKOFF_CAP, attempt)
+        delay = _backoff(runtime.random, _RETRY_BACKOFF_BASE, _RETRY_BACKOFF_CAP, attempt)
     elif stuck:  # its slowest pace, in a lane of its own (the worker's stuck lane)
-        delay = _backoff(_RECONCILE_BACKOFF_CAP, _RECONCILE_BACKOFF_CAP, 1)
+        delay = _backoff(runtime.random, _RECONCILE_BACKOFF_CAP, _RECONCILE_BACKOFF_CAP, 1)
     else:
-        delay = _backoff(_RECONCILE_BACKOFF_BASE, _RECONCILE_BACKOFF_CAP, attempt)
+        delay = _backoff(runtime.random, _RECONCILE_BACKOFF_BASE, _RECONCILE_BACKOFF_CAP, attempt)
     with runtime.db.transaction() as session:
         parked = invocations.schedule(
             session,
@@ -433,7 +433,7 @@ def _fail(
 ) -> InvocationView | None:
 
     def finish(session: Session) -> InvocationView | None:
-        failpoints.hit("before-settle")  # nothing of the release has been sent yet
+        runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the release has been sent yet
         return invocations.finish_failure(
             session,
             invocation_id=job.invocation_id,
@@ -450,11 +450,7 @@ def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]
     """The result's artifact manifest and whether it keeps the artifact contract."""
     entries = result.get("artifacts", [])
     try:
-        from mercato.artifacts.service import validate_manifest
-    except ImportError:
-        return (entries, True) if isinstance(entries, list) else ([], False)
-    try:
-        validate_manifest(entries)
+        artifact_service.validate_manifest(entries)
     except MercatoError:
         return [], False
     return list(entries), True
@@ -475,7 +471,7 @@ def conclude(
             return _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
         def finish(session: Session) -> InvocationView | None:
-            failpoints.hit("before-settle")  # nothing of the settlement has been sent yet
+            runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the settlement has been sent yet
             return invocations.finish_success(
                 session,
                 invocation_id=job.invocation_id,

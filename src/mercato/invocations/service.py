@@ -18,6 +18,7 @@ import orjson
 from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
+from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
@@ -512,13 +513,7 @@ def settles_in_one_statement(artifacts: list[dict[str, Any]] | None) -> bool:
 def _record_manifest(
     session: Session, invocation_id: str, entries: list[dict[str, Any]], now: dt.datetime
 ) -> None:
-    try:
-        from mercato.artifacts import service as artifacts_service
-    except ImportError:
-        return
-    record = getattr(artifacts_service, "record_manifest", None)
-    if record is not None:
-        record(session, invocation_id=invocation_id, entries=entries, now=now)
+    artifact_service.record_manifest(session, invocation_id=invocation_id, entries=entries, now=now)
 
 
 def finish_failure(

@@ -30,7 +30,6 @@ from mercato.protocol import (
     parse_execution_request,
     parse_reconciliation_request,
 )
-from mercato.provider import _failpoint
 from mercato.provider._execution import Handler, new_correlation_id, run_handler
 from mercato.provider.blobs import BlobStore, is_digest
 from mercato.provider.recovery import recover_accepted_async
@@ -191,7 +190,6 @@ class _Provider:
             return await self._accept_failed(exc, key, fingerprint, correlation_id, payload)
         if not created:
             return self._answer_existing(record, fingerprint)
-        _failpoint.hit(_failpoint.AFTER_ACCEPT)
         return await self._run(record, payload)
 
     async def _accept_failed(

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mercato.db.runtime import Runtime
+from mercato.dispatch.observed import ObservedProviderClient
 from mercato.web import observe, openapi, pages, problems
 from mercato.web.api import routers
 from mercato.web.edge import EdgeChecks
@@ -13,9 +14,12 @@ from mercato.web.limits import BodyLimit
 
 
 def create_app(runtime: Runtime) -> FastAPI:
-    """Build the app around an explicit runtime (settings, database, clock)."""
+    """Build the app around its Runtime, the process's composition root (db/runtime.py).
+
+    A runtime built without a provider client gets the observed one here, once.
+    """
     app = FastAPI(title="Mercato", version="1.0.0", docs_url=None, redoc_url=None)
-    app.state.runtime = runtime
+    app.state.runtime = runtime.ensure_provider(ObservedProviderClient)
     problems.install(app)
     for router in routers():
         app.include_router(router)

@@ -9,7 +9,6 @@ the points held in reservations.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Request
@@ -101,7 +100,7 @@ def render(runtime: Runtime) -> bytes:
     """The exposition text: this process's (or all workers') series, then the DB gauges."""
     scrape = CollectorRegistry(auto_describe=False)
     scrape.register(DatabaseCollector(runtime))
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if runtime.settings.prometheus_multiproc_dir:
         MultiProcessCollector(scrape)  # type: ignore[no-untyped-call]
         return generate_latest(scrape)
     return generate_latest(REGISTRY) + generate_latest(scrape)

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mercato.core.ids import new_id
+from mercato.core.ids import SYSTEM_IDS, Ids
 from mercato.core.logs import request_id_var, sane_request_id
 from mercato.core.metrics import HTTP_REQUESTS, INVOKE_LATENCY, INVOKES, QUOTA_REJECTIONS
 from mercato.invocations.schemas import InvocationView
@@ -61,14 +61,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
 class RequestContext:
     """Request id, request log line, HTTP and invoke counters; see the module docstring."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, ids: Ids = SYSTEM_IDS) -> None:
         self.app = app
+        self.ids = ids
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = sane_request_id(_header(scope, b"x-request-id")) or new_id("req")
+        request_id = sane_request_id(_header(scope, b"x-request-id")) or self.ids.new("req")
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         answer: dict[str, Any] = {"status": 500}
@@ -133,12 +134,8 @@ def client_address(scope: Scope) -> str | None:
 
 
 def install(app: FastAPI) -> None:
-    """Add the request context middleware, `/metrics`, and an observed provider client (unless
-    one is already on `app.state`)."""
-    from mercato.dispatch.observed import ObservedProviderClient
+    """Add the request context middleware and `/metrics`."""
     from mercato.web import metrics
 
-    app.add_middleware(RequestContext)
+    app.add_middleware(RequestContext, ids=app.state.runtime.ids)
     app.include_router(metrics.router)
-    if getattr(app.state, "provider_client", None) is None:
-        app.state.provider_client = ObservedProviderClient(app.state.runtime.settings)

@@ -11,11 +11,10 @@ reconciliation of any other call. `run_forever` runs the two lanes in separate t
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 
-from mercato.core.ids import new_id
+from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -44,7 +43,7 @@ def _drain(
     rows handled."""
     done = 0
     for _ in range(BATCH):
-        owner = new_id("lease")
+        owner = runtime.ids.new("lease")
         with runtime.db.transaction() as session:
             claimed = invocations.claim_due(
                 session,
@@ -90,16 +89,8 @@ def stuck_once(runtime: Runtime, client: ProviderClient) -> int:
 
 
 def artifacts_once(runtime: Runtime, client: ProviderClient) -> int:
-    """(d) Pull artifacts of settled calls, when the artifacts domain is installed."""
-    try:
-        module = importlib.import_module("mercato.artifacts.flows")
-    except ModuleNotFoundError:
-        return 0
-    ingest = getattr(module, "ingest_once", None)
-    if ingest is None:
-        return 0
-    handled: int = ingest(runtime, client, resolve_target=providers.get_dispatch_target)
-    return handled
+    """(d) Pull the artifacts of settled calls."""
+    return artifact_flows.ingest_once(runtime, client, resolve_target=providers.get_dispatch_target)
 
 
 def refunds_once(runtime: Runtime, _client: ProviderClient) -> int:

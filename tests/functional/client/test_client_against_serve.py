@@ -71,7 +71,7 @@ def test_a_response_dropped_after_the_provider_call_is_retried_under_the_same_ke
 def test_serve_killed_after_the_provider_call_then_restarted_charges_once(
     platform: Platform,
 ) -> None:
-    doomed = platform.start(MERCATO_FAILPOINTS="after-send")
+    doomed = platform.start(failpoints="after-send")
     outcome: dict[str, Any] = {}
     restarted = threading.Event()
 

@@ -6,6 +6,7 @@ upstream on loopback; the platform is the ASGI app on the test's store (decision
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -89,11 +90,11 @@ def platform(runtime: Runtime, ranking_url: str) -> Iterator[tuple[TestClient, d
     with runtime.db.transaction() as session:
         ledger.grant(session, account_id=caller, amount=POINTS, now=runtime.clock.now())
     key, _ = make_api_key(runtime.db, caller)
-    app = create_app(runtime)
-    app.state.provider_client = ProviderClient(runtime.settings)
+    client = ProviderClient(runtime.settings)
+    app = create_app(dataclasses.replace(runtime, provider=client))
     with TestClient(app, raise_server_exceptions=False) as http:
         yield http, bearer(key)
-    app.state.provider_client.close()
+    client.close()
 
 
 def _largest_limit(http: TestClient) -> int:

@@ -1,6 +1,6 @@
-"""Crash recovery with real processes: `mercato serve` SIGKILLs itself at a fail-point
-(MERCATO_FAILPOINTS), then the worker brings the call to exactly one terminal settlement that
-agrees with the provider's records."""
+"""Crash recovery with real processes: the platform server SIGKILLs itself at a failpoint (its
+Runtime built with them by tests/support/failpoint_serve.py), then the worker brings the call
+to exactly one terminal settlement that agrees with the provider's records."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_sigkill_at_failpoint_then_worker_settles_once(
     headers = {"Authorization": f"Bearer {world.api_key}", "Idempotency-Key": "crash-key"}
     path = f"/v1/services/{SERVICE}/versions/v1:invoke"
 
-    doomed = Serve({**env, "MERCATO_FAILPOINTS": point}, tmp_path / "serve-1.log")
+    doomed = Serve(env, tmp_path / "serve-1.log", failpoints=point)
     with pytest.raises(httpx.HTTPError):
         httpx.post(doomed.url + path, json={"n": 3}, headers=headers, timeout=30)
     assert doomed.process.wait(30) == -signal.SIGKILL

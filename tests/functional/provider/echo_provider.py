@@ -1,16 +1,19 @@
 """A small SDK provider run as a real process by the functional tests.
 
     python echo_provider.py --port P --store URL --counter FILE [--blobs DIR] [--idempotent]
-                            [--hold-until FILE] [--strict]
+                            [--hold-until FILE] [--strict] [--crash-after-accept]
 
 The credential comes from ECHO_PROVIDER_CREDENTIAL. Every handler run appends one line to the
-counter file, so tests can count executions across processes.
+counter file, so tests can count executions across processes. With `--crash-after-accept` the
+process SIGKILLs itself once a new key's accepted marker is committed, before the handler runs
+(the SDK reads no switch for this: the test wraps the store it hands to the SDK).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +24,8 @@ from mercato.provider import (
     BlobStore,
     DefinedFailure,
     LocalBlobStore,
+    SqlIdempotencyStore,
+    StoredRecord,
     Success,
     create_provider_app,
     serve_provider,
@@ -63,6 +68,20 @@ def make_handler(
     return handler
 
 
+class CrashAfterAccept(SqlIdempotencyStore):
+    """The SDK's store, except that committing a new accepted marker kills the process."""
+
+    def accept(
+        self, *, key: str, fingerprint: str, payload: bytes, correlation_id: str
+    ) -> tuple[StoredRecord, bool]:
+        record, created = super().accept(
+            key=key, fingerprint=fingerprint, payload=payload, correlation_id=correlation_id
+        )
+        if created:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return record, created
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
@@ -72,12 +91,13 @@ def main() -> None:
     parser.add_argument("--idempotent", action="store_true")
     parser.add_argument("--hold-until", type=Path)
     parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--crash-after-accept", action="store_true")
     args = parser.parse_args()
     blobs = LocalBlobStore(args.blobs) if args.blobs else None
     app = create_provider_app(
         make_handler(args.counter, blobs=blobs, hold_until=args.hold_until, strict=args.strict),
         credential=os.environ["ECHO_PROVIDER_CREDENTIAL"],
-        store=args.store,
+        store=CrashAfterAccept(args.store) if args.crash_after_accept else args.store,
         blobs=blobs,
         handler_idempotent=args.idempotent,
     )

@@ -35,7 +35,7 @@ def _reconcile(base_url: str, key: str) -> httpx.Response:
 
 
 def _crash_after_accept(provider, key: str) -> None:
-    provider.start(env={"MERCATO_PROVIDER_FAILPOINT": "after-accept"})
+    provider.start("--crash-after-accept")
     with pytest.raises(httpx.TransportError):
         _execute(provider.base_url, key)
     assert provider.wait_exit() == -signal.SIGKILL

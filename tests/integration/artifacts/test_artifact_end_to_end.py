@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import Counter
@@ -150,8 +151,7 @@ def test_invoke_then_worker_ingests_then_owner_downloads(
         ledger.grant(session, account_id=caller, amount=100, now=platform.clock.now())
     key, _ = make_api_key(platform.db, caller)
     provider_client = ProviderClient(platform.settings)
-    app = create_app(platform)
-    app.state.provider_client = provider_client
+    app = create_app(dataclasses.replace(platform, provider=provider_client))
 
     with TestClient(app, raise_server_exceptions=False) as http:
         invoked = http.post(

@@ -3,6 +3,7 @@ the first download pulls from the provider, verifies, stores and serves (decisio
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 
@@ -62,11 +63,11 @@ def caller(blob_runtime: Runtime, provider: LoopbackArtifactProvider) -> dict[st
 
 @pytest.fixture
 def http(blob_runtime: Runtime) -> Iterator[TestClient]:
-    app = create_app(blob_runtime)
-    app.state.provider_client = ProviderClient(blob_runtime.settings)
+    provider_client = ProviderClient(blob_runtime.settings)
+    app = create_app(dataclasses.replace(blob_runtime, provider=provider_client))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
-    app.state.provider_client.close()
+    provider_client.close()
 
 
 def _invoke(http: TestClient, caller: dict[str, str], key: str) -> str:

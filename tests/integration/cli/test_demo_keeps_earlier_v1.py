@@ -93,7 +93,12 @@ def test_a_later_run_keeps_a_v1_published_with_an_earlier_contract(
     assert before["requestSchema"] != example_contract()["requestSchema"]
 
     said: list[str] = []
-    connect_provider(runtime, base_url=provider_url, credential=CREDENTIAL, say=said.append)
+    connect_provider(
+        runtime.ensure_provider(ProviderClient),
+        base_url=provider_url,
+        credential=CREDENTIAL,
+        say=said.append,
+    )
 
     assert (
         said[-1] == f"{SERVICE_CODE} {VERSION} was published earlier with another contract (kept)"
@@ -103,7 +108,12 @@ def test_a_later_run_keeps_a_v1_published_with_an_earlier_contract(
 
 def test_an_empty_data_dir_publishes_todays_contract(runtime: Runtime, provider_url: str) -> None:
     said: list[str] = []
-    connect_provider(runtime, base_url=provider_url, credential=CREDENTIAL, say=said.append)
+    connect_provider(
+        runtime.ensure_provider(ProviderClient),
+        base_url=provider_url,
+        credential=CREDENTIAL,
+        say=said.append,
+    )
     assert said[-1] == f"published {SERVICE_CODE} {VERSION}"
     published = _published_contract(runtime)
     assert published["requestSchema"] == example_contract()["requestSchema"]

@@ -121,7 +121,12 @@ def test_failure_schedules_a_later_attempt_with_growing_backoff(clocked: Runtime
         with clocked.db.transaction() as session:
             (_job,) = service.lease_ingestions(session, now=now, limit=1)
             due = service.record_failure(
-                session, invocation_id=call, artifact_id="chart", error="status 404", now=now
+                session,
+                invocation_id=call,
+                artifact_id="chart",
+                error="status 404",
+                now=now,
+                rng=clocked.random,
             )
         assert due is not None
         delays.append(due - now)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from mercato.invocations import flows
@@ -65,5 +67,5 @@ def test_schema_errors_use_json_pointers() -> None:
 def test_backoff_is_jittered_and_capped(attempt: int) -> None:
     delay = min(60.0, 0.5 * 2.0 ** (attempt - 1))
     for _ in range(20):
-        value = flows._backoff(0.5, 60.0, attempt)
+        value = flows._backoff(random.Random(attempt), 0.5, 60.0, attempt)
         assert delay / 2 <= value <= delay

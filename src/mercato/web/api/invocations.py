@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated, Any
 
 import orjson
@@ -49,20 +48,11 @@ from mercato.web.deps import bearer_token, current_principal, principal_in, runt
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
-_client_lock = threading.Lock()
 
 
 def provider_client(request: Request) -> ProviderClient:
-    """The process's pooled ProviderClient, kept on app.state (tests may put their own there)."""
-    state = request.app.state
-    client: ProviderClient | None = getattr(state, "provider_client", None)
-    if client is None:
-        with _client_lock:
-            client = getattr(state, "provider_client", None)
-            if client is None:
-                client = ProviderClient(runtime_of(request).settings)
-                state.provider_client = client
-    return client
+    """The process's pooled ProviderClient, carried by the app's Runtime."""
+    return runtime_of(request).provider_client()
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str]) -> Response:

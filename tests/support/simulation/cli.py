@@ -1,20 +1,22 @@
-"""`mercato simulate`: the seeded fault simulation (docs/reliability.md)."""
+"""`python tests/simulate.py`: the seeded fault simulation's command line (docs/reliability.md).
+
+Test support, not part of the shipped package (decision 0256): it was `mercato simulate`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from collections.abc import Sequence
 
 from mercato.cli.output import emit
+from support.simulation.bugs import BUGS
+from support.simulation.runner import COMMAND, reproduce_command, run_simulation, summary
 
 
-def register(top: Any, _admin: Any) -> None:
-    from mercato.simulation.bugs import BUGS
-
-    parser = top.add_parser(
-        "simulate",
-        help="run the seeded fault simulation against a fresh database",
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND,
         description=(
             "Drive the real platform against a simulated faulty provider with crashes and clock "
             "jumps, checking the ledger and idempotency invariants after every step. The same "
@@ -33,12 +35,15 @@ def register(top: Any, _admin: Any) -> None:
     parser.add_argument("--quiesce-every", type=int, default=250)
     parser.add_argument("--trace", action="store_true", help="print the whole trace")
     parser.add_argument("--json", action="store_true")
-    parser.set_defaults(handler=cmd_simulate)
+    return parser
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.steps < 1 or args.quiesce_every < 1:
-        raise SystemExit("--steps and --quiesce-every must be at least 1")
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parser()
+    args = options.parse_args(argv)
+    for name in ("steps", "quiesce_every"):
+        if getattr(args, name) < 1:
+            options.error(f"--{name.replace('_', '-')} must be at least 1")
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.WARNING)  # one line per provider call is noise here
@@ -49,7 +54,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from mercato.simulation.runner import reproduce_command, run_simulation, summary
 
     verdict = run_simulation(
         seed=args.seed,

@@ -12,10 +12,12 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from mercato.db import models
 from mercato.db.engine import make_engine
 from mercato.db.migrate import upgrade
-from mercato.simulation.harness import Simulation, Verdict
+from mercato.db.models import load_all
+from support.simulation.harness import Simulation, Verdict
+
+COMMAND = "python tests/simulate.py"
 
 
 def run_simulation(
@@ -32,7 +34,7 @@ def run_simulation(
     database to connect to while creating one): a scratch database is created next to it and
     dropped afterwards. A SQLite URL must name a file that does not exist yet.
     """
-    models.load_all()
+    load_all()
     with (
         tempfile.TemporaryDirectory(prefix="mercato-sim-") as tmp,
         _fresh_database(database_url, Path(tmp)) as url,
@@ -88,7 +90,7 @@ def _migrate(url: str) -> None:
 
 
 def reproduce_command(verdict: Verdict, database_url: str | None) -> str:
-    parts = ["mercato simulate", f"--seed {verdict.seed}", f"--steps {verdict.steps}"]
+    parts = [COMMAND, f"--seed {verdict.seed}", f"--steps {verdict.steps}"]
     if database_url:
         parts.append("--database-url URL")
     if verdict.bug:
@@ -97,7 +99,7 @@ def reproduce_command(verdict: Verdict, database_url: str | None) -> str:
 
 
 def summary(verdict: Verdict) -> dict[str, Any]:
-    """The verdict as one JSON object (`mercato simulate --json`)."""
+    """The verdict as one JSON object (`--json`)."""
     first = verdict.violations[0] if verdict.violations else None
     return {
         "seed": verdict.seed,

@@ -24,7 +24,7 @@ import httpx
 import orjson
 
 from mercato.protocol import EXECUTIONS_PATH, IDEMPOTENCY_KEY_HEADER, RECONCILIATIONS_PATH
-from mercato.simulation.trace import Recorder
+from support.simulation.trace import Recorder
 
 RESPONSE_MAX_BYTES = 2048
 """The simulated versions' responseMaxBytes; oversized answers go past it."""

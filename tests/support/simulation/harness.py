@@ -3,8 +3,9 @@
 Steps call the real platform: invokes and replays go through the ASGI app (TestClient, API-key
 auth, the invoke route), background work through `mercato.worker.loops.run_once`. "Concurrent"
 work is interleaved deterministically at the interesting moment, while a provider call is in
-flight (nested inside the transport) or just before the acceptance transaction, so the same
-seed always gives the same interleaving.
+flight (nested inside the transport) or just before the acceptance transaction (the
+`before-accept` failpoint of the world's Runtime), so the same seed always gives the same
+interleaving.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ import httpx
 import orjson
 
 from mercato.invocations import service as invocations
+from mercato.invocations.failpoints import BEFORE_ACCEPT, CRASH_POINTS
 from mercato.ledger import service as ledger
 from mercato.quotas import service as quotas
-from mercato.simulation import bugs
-from mercato.simulation.checks import Checker
-from mercato.simulation.provider import Knobs
-from mercato.simulation.trace import Recorder, Violation
-from mercato.simulation.world import (
+from mercato.worker.loops import run_once
+from support.simulation import bugs
+from support.simulation.checks import Checker
+from support.simulation.provider import Knobs
+from support.simulation.trace import Recorder, Violation
+from support.simulation.world import (
     SERVICE,
     START,
     VERSIONS,
@@ -35,11 +38,10 @@ from mercato.simulation.world import (
     Patcher,
     SimulatedCrash,
     build_world,
-    seams,
+    logged_errors,
 )
-from mercato.worker import loops
 
-POINTS = ("after-accept", "after-send", "before-settle")
+POINTS = CRASH_POINTS
 _TERMINAL_CODES = {
     422: {"PROVIDER_DEFINED_FAILURE"},
     502: {"PROVIDER_CONTRACT_VIOLATION", "PROVIDER_UNAVAILABLE"},
@@ -106,22 +108,22 @@ class Simulation:
     def run(self, *, quiesce_every: int = 250) -> Verdict:
         started = time.monotonic()
         steps_run = 0
-        with seams(
-            self.patcher,
-            self.clock,
-            self.crasher,
-            seed=self.seed,
-            on_logged_error=self._logged_error,
-        ):
+        with logged_errors(self._logged_error):
             world = build_world(
-                self.database_url, self.data_dir, self.clock, self.recorder, self.rng
+                self.database_url,
+                self.data_dir,
+                self.clock,
+                self.recorder,
+                self.rng,
+                failpoints=self.crasher,
+                seed=self.seed,
             )
             self.world = world
             self.checker = Checker(world, self.recorder)
             world.provider.in_flight_hook = self._in_flight
-            if self.bug is not None:
-                bugs.inject(self.bug, self.patcher, world.runtime)
             try:
+                if self.bug is not None:
+                    bugs.inject(self.bug, self.patcher, world.runtime)
                 for step in range(1, self.steps + 1):
                     self._one_step(step)
                     steps_run = step
@@ -132,6 +134,7 @@ class Simulation:
                     if self.recorder.violations:
                         break
             finally:
+                self.patcher.undo()
                 world.close()
         first = self.recorder.violations[0] if self.recorder.violations else None
         return Verdict(
@@ -174,6 +177,7 @@ class Simulation:
             action()
         finally:
             self.crasher.armed.clear()
+            self.crasher.interleave.clear()
             self.plan, self.plan_key = None, None
         self.checker.after_step(since)
 
@@ -189,7 +193,7 @@ class Simulation:
             for _ in range(40):
                 since = self.clock.now()
                 self.clock.advance(900)
-                done = loops.run_once(self.world.runtime, self.world.provider_client)
+                done = run_once(self.world.runtime, self.world.provider_client)
                 self.checker.after_step(since)
                 if done == 0:
                     break
@@ -223,27 +227,17 @@ class Simulation:
 
     def step_accept_race(self) -> None:
         ks = self._new_key()
-        original = invocations.accept
-        raced = False
 
-        def racing(session: Any, **kwargs: Any) -> Any:
-            nonlocal raced
-            if not raced:
-                raced = True
-                self.recorder.note("race: same key arrives before the first is accepted", ks.key)
-                self.nesting = True
-                try:
-                    self._fresh(ks)
-                finally:
-                    self.nesting = False
-            return original(session, **kwargs)
+        def racing() -> None:
+            self.recorder.note("race: same key arrives before the first is accepted", ks.key)
+            self.nesting = True
+            try:
+                self._fresh(ks)
+            finally:
+                self.nesting = False
 
-        self.patcher.set(invocations, "accept", racing)
-        try:
-            self._send(ks, ks.body, "twin", label="twin")
-        finally:
-            invocations.accept = original
-            self.patcher.saved.pop()
+        self.crasher.interleave[BEFORE_ACCEPT] = racing
+        self._send(ks, ks.body, "twin", label="twin")
 
     def step_replay(self) -> None:
         known = [k for k in self.keys if k.invocation_id is not None]
@@ -270,7 +264,7 @@ class Simulation:
             self.recorder.note(f"arm crash at {point} (worker)")
         if self.rng.random() < 0.2:
             self.plan = self.rng.choice(["other-call", "clock", "restart-keep", "restart-lose"])
-        done = loops.run_once(self.world.runtime, self.world.provider_client)
+        done = run_once(self.world.runtime, self.world.provider_client)
         self.stats["worker_items"] += done
         self.recorder.note(f"worker pass: {done} item(s)")
 
@@ -327,7 +321,7 @@ class Simulation:
                 self._send(ks, ks.body, "replay", label="concurrent duplicate")
             elif plan == "takeover":
                 self.clock.advance(self.rng.uniform(31, 90))
-                done = loops.run_once(self.world.runtime, self.world.provider_client)
+                done = run_once(self.world.runtime, self.world.provider_client)
                 self.recorder.note(f"lease expired; another worker pass: {done} item(s)", key)
             elif plan == "other-call":
                 self._fresh(self._new_key())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the CLI reads BUGS to build its parser; the simulation loads on demand
     from mercato.db.runtime import Runtime
-    from mercato.simulation.world import Patcher
+    from support.simulation.world import Patcher
 
 BUGS = ("resend-after-unknown", "double-settle", "quota-on-replay")
 

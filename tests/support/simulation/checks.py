@@ -25,9 +25,9 @@ from mercato.ledger.models import LedgerAccount, Reservation
 from mercato.quotas import service as quotas
 from mercato.quotas.models import QuotaWindow
 from mercato.quotas.schemas import Policy
-from mercato.simulation.provider import Record
-from mercato.simulation.trace import Recorder
-from mercato.simulation.world import World
+from support.simulation.provider import Record
+from support.simulation.trace import Recorder
+from support.simulation.world import World
 
 _RESERVATION_FOR = {"PENDING": "HELD", "SETTLED": "SETTLED", "RELEASED": "RELEASED"}
 _SETTLEMENT_FOR = {"SUCCEEDED": "SETTLED", "FAILED": "RELEASED"}

@@ -1,9 +1,11 @@
 """The simulated world: a fresh database, callers, a published provider, the app, the seams.
 
 Everything the platform would take from the outside world is replaced by something the seed
-controls: the clock (`FakeClock` in the runtime), the provider (an httpx transport), the random
-jitter and ids (seeded), the sleeps (they advance the fake clock) and the crash points (they raise
-`SimulatedCrash` instead of killing the process). Nothing here changes what the platform does.
+controls, and all of it goes in through the Runtime the world builds (db/runtime.py): the clock
+(`FakeClock`), the sleeps (they advance it), the random jitter and the ids (seeded), the provider
+client (over the simulated provider's httpx transport) and the failpoints (they raise
+`SimulatedCrash` instead of killing the process, or run a planned interleaving). No module
+attribute of the platform is swapped for them. Nothing here changes what the platform does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mercato.accounts import service as accounts
 from mercato.catalog import service as catalog
 from mercato.catalog.schemas import ConnectionFacts
 from mercato.core.clock import FakeClock
+from mercato.core.ids import format_id
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.ledger import service as ledger
@@ -30,9 +33,9 @@ from mercato.providers import service as providers
 from mercato.providers.schemas import CheckVerdict
 from mercato.quotas import service as quotas
 from mercato.settings import Settings
-from mercato.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
-from mercato.simulation.trace import Recorder
 from mercato.web.app import create_app
+from support.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
+from support.simulation.trace import Recorder
 
 SERVICE = "sim.echo"
 CREDENTIAL = "simulated-connection-credential-0123456789"
@@ -100,9 +103,17 @@ class World:
 
 
 def build_world(
-    database_url: str, data_dir: Path, clock: FakeClock, recorder: Recorder, rng: random.Random
+    database_url: str,
+    data_dir: Path,
+    clock: FakeClock,
+    recorder: Recorder,
+    rng: random.Random,
+    *,
+    failpoints: Crasher,
+    seed: int,
 ) -> World:
-    """Set up callers, a provider account, an approved connection and two published versions."""
+    """Build the Runtime from the seed's parts, then set up callers, a provider account, an
+    approved connection and two published versions."""
     settings = Settings(
         env="dev",
         data_dir=data_dir,
@@ -113,8 +124,17 @@ def build_world(
         default_quota_limit=60,
         default_quota_window_seconds=60,
     )
-    runtime = Runtime.from_settings(settings, clock=clock)
     provider = SimProvider(rng=rng, recorder=recorder, max_sends=1 + settings.redispatch_attempts)
+    client = ProviderClient(settings, transport=provider.transport())
+    runtime = Runtime.from_settings(
+        settings,
+        clock=clock,
+        sleep=clock.advance,
+        rng=random.Random(seed * 7919 + 1),
+        ids=SeededIds(clock, random.Random(seed * 104729 + 2)),
+        failpoints=failpoints,
+        provider=client,
+    )
     now = clock.now()
     callers: list[Caller] = []
     with runtime.db.transaction() as session:
@@ -171,9 +191,7 @@ def build_world(
                 )
             callers.append(Caller(f"c{index}", account.id, key.api_key, points))
         provider_account_id = owner.id
-    client = ProviderClient(settings, transport=provider.transport())
     app = create_app(runtime)
-    app.state.provider_client = client
     http = TestClient(app, raise_server_exceptions=True)
     http.__enter__()  # one event loop for the whole run, not one per request
     issued = sum(c.granted for c in callers)
@@ -183,37 +201,17 @@ def build_world(
 # --- the seams the seed controls ----------------------------------------------------------
 
 
-class _SimTime:
-    """Stands in for the `time` module inside the engine: sleeping advances the fake clock."""
+class SeededIds:
+    """Ids from the fake clock (strictly increasing milliseconds) and seeded random bits."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, rng: random.Random) -> None:
         self._clock = clock
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.advance(seconds)
-
-    def monotonic(self) -> float:
-        return self._clock.now().timestamp()
-
-
-class _IdTime:
-    """Id timestamps from the fake clock, strictly increasing."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self._clock = clock
+        self._rng = rng
         self._last = 0
 
-    def time_ns(self) -> int:
-        self._last = max(int(self._clock.now().timestamp() * 1e9), self._last + 1_000_000)
-        return self._last
-
-
-class _IdBits:
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
-
-    def randbits(self, bits: int) -> int:
-        return self._rng.getrandbits(bits)
+    def new(self, prefix: str) -> str:
+        self._last = max(int(self._clock.now().timestamp() * 1000), self._last + 1)
+        return format_id(prefix, self._last, self._rng.getrandbits(80))
 
 
 @dataclass
@@ -234,12 +232,17 @@ class Patcher:
 
 @dataclass
 class Crasher:
-    """Arms fail-points; the next `hit` of an armed point raises SimulatedCrash."""
+    """The simulation's failpoints: the next `hit` of an armed point raises SimulatedCrash; an
+    interleaving planned at a point runs (once) when the platform reaches it."""
 
     recorder: Recorder
     armed: set[str] = field(default_factory=set)
+    interleave: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def hit(self, point: str) -> None:
+        planned = self.interleave.pop(point, None)
+        if planned is not None:
+            planned()
         if point in self.armed:
             self.armed.discard(point)
             self.recorder.note(f"crash: platform process killed at {point}")
@@ -259,23 +262,8 @@ class _Captured(logging.Handler):
 
 
 @contextmanager
-def seams(
-    patcher: Patcher,
-    clock: FakeClock,
-    crasher: Crasher,
-    *,
-    seed: int,
-    on_logged_error: Callable[[BaseException], None],
-) -> Iterator[None]:
-    """Install the deterministic seams for one run; restore everything afterwards."""
-    from mercato.core import ids
-    from mercato.invocations import failpoints, flows
-
-    patcher.set(flows, "time", _SimTime(clock))
-    patcher.set(flows, "random", random.Random(seed * 7919 + 1))
-    patcher.set(ids, "time", _IdTime(clock))
-    patcher.set(ids, "secrets", _IdBits(random.Random(seed * 104729 + 2)))
-    patcher.set(failpoints, "hit", crasher.hit)
+def logged_errors(on_logged_error: Callable[[BaseException], None]) -> Iterator[None]:
+    """Send the exceptions the platform logs to `on_logged_error` for the length of a run."""
     handler = _Captured(on_logged_error)
     loggers = [logging.getLogger(name) for name in ("mercato.worker", "mercato.web")]
     saved = [(lg, lg.propagate) for lg in loggers]
@@ -288,4 +276,3 @@ def seams(
         for lg, propagate in saved:
             lg.removeHandler(handler)
             lg.propagate = propagate
-        patcher.undo()

@@ -1,0 +1,1 @@
+"""Test support that is not a builder: the fault simulation and the crash suite's entry points."""
