@@ -317,14 +317,18 @@ def _ensure_data_dir(settings: Settings) -> None:
 
 
 class CallerSettings(BaseSettings):
-    """What the caller's commands (`mercato call`, `mercato catalog`) read: the platform's URL
-    and the caller's API key. Separate from `Settings`, which a caller's machine need not have.
+    """What the client-side commands (`mercato call`, `mercato catalog`, `mercato provider push`)
+    read: the platform's URL, the caller's API key and the provider's login. Separate from
+    `Settings`, which a caller's machine need not have.
     """
 
     model_config = SettingsConfigDict(env_prefix="MERCATO_", extra="ignore")
 
     url: str = ""
     api_key: SecretStr | None = None
+    # The provider's login for `mercato provider push` (MERCATO_EMAIL, MERCATO_PASSWORD).
+    email: str = ""
+    password: SecretStr | None = None
 
 
 def load_settings() -> Settings:

@@ -117,10 +117,10 @@ def test_a_bad_step_count_exits_2_naming_the_option(capsys: pytest.CaptureFixtur
 
 
 def test_a_run_with_a_bug_puts_every_function_back() -> None:
-    from mercato.invocations import flows
+    from mercato.invocations import flows, money
     from mercato.ledger import service as ledger
 
-    before = (flows.conclude, flows.prepare, ledger.settle, ledger._resolve)
+    before = (flows.conclude, flows.prepare, ledger.settle, money.SETTLE)
     run_simulation(seed=3, steps=20, bug="double-settle")
 
-    assert (flows.conclude, flows.prepare, ledger.settle, ledger._resolve) == before
+    assert (flows.conclude, flows.prepare, ledger.settle, money.SETTLE) == before

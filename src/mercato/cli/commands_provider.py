@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from mercato.core.errors import ValidationFailed
 from mercato.dispatch.client import ProviderClient
 from mercato.providers.addresses import check_base_url
 from mercato.providers.schemas import DispatchTarget
-from mercato.settings import Settings
+from mercato.settings import CallerSettings, Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_CONTRACT_BYTES = 1024 * 1024
@@ -143,7 +142,9 @@ def _contract(path_text: str) -> dict[str, Any]:
 
 
 def _login(http: httpx.Client) -> dict[str, str]:
-    email, password = os.environ.get("MERCATO_EMAIL"), os.environ.get("MERCATO_PASSWORD")
+    configured = CallerSettings()
+    email = configured.email
+    password = configured.password.get_secret_value() if configured.password else ""
     if not email or not password:
         raise BadArgument(
             "MERCATO_EMAIL", "set MERCATO_EMAIL and MERCATO_PASSWORD to the provider's login"
@@ -198,7 +199,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     except ValidationFailed as exc:
         raise BadArgument("--version", exc.message) from None
     contract = _contract(args.contract)
-    url = str(args.url or os.environ.get("MERCATO_URL") or DEFAULT_URL).rstrip("/")
+    url = str(args.url or CallerSettings().url or DEFAULT_URL).rstrip("/")
     try:
         with httpx.Client(base_url=url, timeout=120) as http:
             version = _push(http, args, contract)
