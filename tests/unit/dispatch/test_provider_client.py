@@ -227,6 +227,8 @@ def test_credential_never_reaches_answers_or_logs(
     client: ProviderClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    # httpcore's debug lines, whatever level an earlier in-process `configure()` left it at
+    caplog.set_level(logging.DEBUG, logger="httpcore")
     answers: list[RawAnswer] = []
     ok = http("200 OK", b'{"outcome":"SUCCEEDED","correlationId":"j","result":{}}')
     for script in (respond(ok), _silent, respond(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")):
