@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import signal
 import threading
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from builders.client_platform import CALLER, SERVICE, Platform, TamperingProxy
+from builders.event_loops import run_on_fresh_loop
 from builders.platform_process import Worker, mercato
 from mercato.client import (
     ArtifactCorrupted,
@@ -249,7 +249,7 @@ def test_the_async_client_reads_the_catalog_invokes_and_reads_its_receipt(
             "balance": balance,
         }
 
-    seen = asyncio.run(session())
+    seen = run_on_fresh_loop(session())
 
     assert [item.service_code for item in seen["listings"]] == [SERVICE]
     assert seen["listing"].versions[0].price == 10

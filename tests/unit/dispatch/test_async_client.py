@@ -3,7 +3,6 @@ same answers as the sync client for the same provider behaviour (a parity table)
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import ipaddress
 import json
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from builders.event_loops import run_on_fresh_loop
 from builders.listeners import Listener, listener, read_request, respond
 from mercato.dispatch.async_client import AsyncProviderClient, GuardedResolver
 from mercato.dispatch.client import ArtifactFetchError, ProviderClient, RawAnswer
@@ -37,7 +37,7 @@ def run(make: Callable[[], Awaitable[T]]) -> T:
     async def main() -> T:
         return await make()
 
-    return asyncio.run(main())
+    return run_on_fresh_loop(main())
 
 
 def settings(tmp_path: Path, *, allow_private: bool = True, timeout: float = 5) -> Settings:
@@ -754,7 +754,7 @@ def test_a_post_dropped_on_a_reused_connection_is_never_sent_again(tmp_path: Pat
             if name == "sync":
                 answers = two_sync(provider.url)
             else:
-                answers = asyncio.run(_two_async_in(settings(tmp_path), provider.url))
+                answers = run_on_fresh_loop(_two_async_in(settings(tmp_path), provider.url))
             connections = provider.count()
         keys = [h for r in heard if r for h in r.split(b"\r\n") if h.lower().startswith(b"idem")]
         results[name] = ([(a.status, a.error) for a in answers], keys, connections)

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from builders.event_loops import run_on_fresh_loop
 from builders.listeners import read_request
 from mercato.dispatch.client import ProviderClient
 from mercato.dispatch.guard import forbidden_reason
@@ -144,7 +145,6 @@ def test_pinned_https_keeps_sni_host_header_and_certificate_check(
 
 
 def _async_get(settings: Settings, ca: Path, url: str) -> Any:
-    import asyncio
 
     from mercato.dispatch.async_client import AsyncProviderClient
 
@@ -158,7 +158,7 @@ def _async_get(settings: Settings, ca: Path, url: str) -> Any:
         ) as client:
             return await client.get(target, "/health/live", with_credential=False, max_bytes=64)
 
-    return asyncio.run(call())
+    return run_on_fresh_loop(call())
 
 
 def test_the_async_client_dials_the_checked_address_and_still_verifies_the_name(
