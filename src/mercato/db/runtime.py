@@ -9,8 +9,9 @@ below the edges reads the environment or swaps a module attribute to change one 
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING
@@ -18,14 +19,18 @@ from typing import TYPE_CHECKING
 from mercato.core.clock import Clock, SystemClock
 from mercato.core.failpoints import NO_FAILPOINTS, Failpoints
 from mercato.core.ids import Ids
+from mercato.db.aio import make_async_database
 from mercato.db.engine import make_engine
+from mercato.db.plans import AsyncDatabase
 from mercato.db.uow import Database
 from mercato.settings import Settings
 
 if TYPE_CHECKING:  # the client is built by the edges, above this layer
+    from mercato.dispatch.async_client import AsyncProviderClient
     from mercato.dispatch.client import ProviderClient
 
 Sleep = Callable[[float], None]
+AsyncSleep = Callable[[float], Awaitable[None]]
 
 
 class NoProviderClient(RuntimeError):
@@ -41,6 +46,22 @@ class Runtime:
     random: Random = field(default_factory=Random)
     failpoints: Failpoints = NO_FAILPOINTS
     provider: ProviderClient | None = None
+    aio: AsyncDatabase | None = None
+    """The async units of work beside `db` (the invoke path, the worker); made from `db`
+    when not given."""
+    asleep: AsyncSleep = asyncio.sleep
+    """Sleeping on the event loop (a test's fake clock advances instead)."""
+    async_provider: AsyncProviderClient | None = None
+
+    def __post_init__(self) -> None:
+        if self.aio is None:
+            self.aio = make_async_database(self.db)
+
+    @property
+    def adb(self) -> AsyncDatabase:
+        """The async database (always set after construction)."""
+        assert self.aio is not None
+        return self.aio
 
     @property
     def ids(self) -> Ids:
@@ -52,6 +73,12 @@ class Runtime:
         if self.provider is None:
             raise NoProviderClient("this Runtime was built without a provider client")
         return self.provider
+
+    def async_provider_client(self) -> AsyncProviderClient:
+        """The process's one pooled async provider client."""
+        if self.async_provider is None:
+            raise NoProviderClient("this Runtime was built without an async provider client")
+        return self.async_provider
 
     def ensure_provider(self, make: Callable[[Settings], ProviderClient]) -> Runtime:
         """Give this runtime `make(settings)` as its provider client unless it has one; return
