@@ -35,6 +35,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar
+
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
