@@ -1,58 +1,85 @@
 """The async database: the invoke path's and the worker's units of work (`plans.AsyncDatabase`).
 
-`make_async_database(db)` builds the one a Runtime carries, beside its sync `Database` (same
-URL, same ids). Interim implementation: `SessionBacked` runs each unit of work on the sync
-`Database`'s sessions, on the calling thread (correct, but it blocks the event loop for every
-round trip); the driver-level implementations (asyncpg for PostgreSQL, SQLite on the loop)
-replace it behind the same interface.
+`make_async_database(db)` builds the one a Runtime carries, beside its sync `Database`: the same
+store (`db.engine.url`) and the same ids (every unit of work binds `db.ids`, as
+`Database._turn` does). The driver follows the URL:
+
+- PostgreSQL: asyncpg, bare (`mercato.db.aio_postgres`);
+- SQLite: sqlite3 on the event loop, the write lock polled without blocking the loop
+  (`mercato.db.aio_sqlite`).
+
+Both execute the SQLAlchemy Core statements of the plans compiled once for the driver
+(`mercato.db.aio_statements`), bind and read values through the statements' types exactly as a
+Session does, and raise the driver's errors as SQLAlchemy's (`IntegrityError`,
+`OperationalError`, … with the driver's exception as `.orig`), so a plan and its callers see
+the same values and the same exceptions on either side (decisions 0320-0323).
+
+The three units of work keep `Database`'s rules: `read()` never writes (a write statement is
+refused with `uow.ReadSessionWrote` before it reaches SQL), `transaction()` commits on success
+and rolls back on an exception, `statement()` runs exactly one operation (a second one raises
+`uow.StatementSessionReused`; on PostgreSQL it runs in autocommit).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import enum
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from mercato.db.plans import AsyncConnection, AsyncDatabase, Op, execute_sync
-from mercato.db.uow import Database
-
-
-class _SessionConnection:
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    async def execute(self, op: Op) -> Any:
-        return execute_sync(self._session, op)
+from mercato.core.ids import new_id
+from mercato.db import guarded
+from mercato.db.plans import AsyncDatabase, Op, Run
+from mercato.db.uow import Database, ReadSessionWrote, StatementSessionReused
 
 
-class SessionBacked:
-    """An `AsyncDatabase` over a sync `Database` (see the module docstring)."""
+class Unit(enum.Enum):
+    """The kind of a unit of work."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self.dialect: str = db.engine.dialect.name
+    READ = "read"
+    TRANSACTION = "transaction"
+    STATEMENT = "statement"
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        with self._db.read() as session:
-            yield _SessionConnection(session)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        with self._db.transaction() as session:
-            yield _SessionConnection(session)
+class OneUnit:
+    """The rules every async connection checks before an operation reaches SQL."""
 
-    @asynccontextmanager
-    async def statement(self) -> AsyncIterator[AsyncConnection]:
-        with self._db.statement() as session:
-            yield _SessionConnection(session)
+    __slots__ = ("ran", "unit")
 
-    async def close(self) -> None:
-        return None
+    def __init__(self, unit: Unit) -> None:
+        self.unit = unit
+        self.ran = False
+
+    def check(self, op: Op) -> None:
+        unit = self.unit
+        if unit is Unit.TRANSACTION:
+            return
+        if unit is Unit.READ:
+            if isinstance(op, Run) or getattr(op.statement, "is_dml", False):
+                raise ReadSessionWrote("a read session never writes; use transaction()")
+            return
+        if self.ran:
+            raise StatementSessionReused(
+                "a one-statement session runs exactly one statement; use transaction()"
+            )
+        self.ran = True
+
+
+def program_values(built: guarded.Compiled, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A guarded program's bind values, as `guarded.run` builds them: the inputs as
+    `p_<name>`, and a fresh id (from the bound ids) for each `Compiled.fresh` not given."""
+    values = {f"p_{name}": value for name, value in params.items()}
+    for name, prefix in built.fresh:
+        if name not in values:
+            values[name] = new_id(prefix)
+    return values
 
 
 def make_async_database(db: Database) -> AsyncDatabase:
     """The async database beside `db` (same store, same ids)."""
-    return SessionBacked(db)
+    if db.engine.dialect.name == "postgresql":
+        from mercato.db.aio_postgres import PostgresDatabase
+
+        return PostgresDatabase(db)
+    from mercato.db.aio_sqlite import SqliteDatabase
+
+    return SqliteDatabase(db)

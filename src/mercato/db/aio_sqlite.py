@@ -1,0 +1,274 @@
+"""The async database on SQLite: sqlite3 on the event loop, no thread hop (decision 0322).
+
+A statement on a local SQLite file takes microseconds, less than handing it to a thread and
+back, so each unit of work runs its statements directly on the loop. What could block the loop
+is SQLite's lock wait, so connections run with `busy_timeout=0`:
+
+- a write unit (`transaction()`, `statement()`) takes the write lock with BEGIN IMMEDIATE, and
+  when another connection holds it (another process, another thread's loop, the sync side)
+  gets SQLITE_BUSY at once and retries after an `await sleep(backoff)` (0.5 ms doubling to
+  20 ms; `OperationalError` "database is locked" after `lock_timeout`, 30 s like the sync
+  engine's busy timeout). Writers on the same loop queue on an `asyncio.Lock` first, so they
+  never poll against each other;
+- a read is one DEFERRED transaction (a WAL snapshot; readers do not wait for the writer),
+  ended with a rollback;
+- the connection settings are the sync engine's (WAL, foreign keys, synchronous=NORMAL).
+
+Connections are plain sqlite3 connections (not bound to a loop or thread), kept in one idle
+list shared by every loop the Runtime is used from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mercato.core.ids import bound
+from mercato.db import guarded
+from mercato.db.aio import OneUnit, Unit, program_values
+from mercato.db.aio_statements import Statements, sqlalchemy_error
+from mercato.db.plans import AsyncConnection, Op, Run
+from mercato.db.uow import Database
+
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+FIRST_BACKOFF = 0.0005
+MAX_BACKOFF = 0.02
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _BUSY
+
+
+class _Connection:
+    """One unit of work's connection (`plans.AsyncConnection`)."""
+
+    __slots__ = ("_db", "_raw", "_unit")
+
+    def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection, unit: Unit) -> None:
+        self._db = db
+        self._raw = raw
+        self._unit = OneUnit(unit)
+
+    async def execute(self, op: Op) -> Any:
+        self._unit.check(op)
+        if isinstance(op, Run):
+            return self._run(op)
+        return self._rows(op.statement, op.params)
+
+    def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
+        prepared, extracted = self._db.statements.prepare(statement)
+        if params is not None and not isinstance(params, Mapping):
+            return self._many(prepared, extracted, params)
+        sql, values = prepared.bind(params, extracted)
+        try:
+            cursor = self._raw.execute(sql, values)
+            raw = cursor.fetchall()
+        except sqlite3.Error as error:
+            raise sqlalchemy_error(error, sql) from error
+        return [prepared.row(row) for row in raw]
+
+    def _many(
+        self, prepared: Any, extracted: Any, params: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        if prepared.dml_without_rows and not prepared.expanding and extracted is None:
+            bound_values = [prepared.bind(one)[1] for one in params]
+            try:
+                self._raw.executemany(prepared.sql, bound_values)
+            except sqlite3.Error as error:
+                raise sqlalchemy_error(error, prepared.sql) from error
+            return rows
+        for one in params:
+            sql, values = prepared.bind(one, extracted)
+            try:
+                raw = self._raw.execute(sql, values).fetchall()
+            except sqlite3.Error as error:
+                raise sqlalchemy_error(error, sql) from error
+            rows.extend(prepared.row(row) for row in raw)
+        return rows
+
+    def _first(self, statement: Any, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        rows = self._rows(statement, values)
+        return rows[0] if rows else None
+
+    def _run(self, op: Run) -> dict[str, Any] | None:
+        """`guarded._run_steps`: the program's steps one after another in this transaction."""
+        built = guarded.compiled(op.program, "sqlite")
+        values = program_values(built, op.params)
+        for item in built.steps:
+            step = item.step
+            row = self._first(item.statement, values)
+            if row is not None:
+                for column, value in zip(item.columns, row, strict=True):
+                    values[f"s_{step.name}_{column}"] = value
+                continue
+            if step.empty is guarded.Empty.STOP:
+                return None
+            if step.empty is guarded.Empty.REFUSE:
+                required = True
+                if item.required_if is not None:
+                    found = self._first(item.required_if, values)
+                    required = bool(found[0]) if found is not None else False
+                if required:
+                    detail: tuple[Any, ...] = ()
+                    if item.detail is not None:
+                        detail = self._first(item.detail, values) or ()
+                    raise guarded.Refused(
+                        step.code, tuple(None if v is None else str(v) for v in detail)
+                    )
+            for column in item.columns:
+                values[f"s_{step.name}_{column}"] = None
+        return {name: values["s_" + name.replace(".", "_", 1)] for name in built.outputs}
+
+
+class SqliteDatabase:
+    """`plans.AsyncDatabase` on SQLite (see the module docstring)."""
+
+    dialect: str = "sqlite"
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        lock_timeout: float = 30.0,
+        max_idle: int = 16,
+    ) -> None:
+        self.ids = db.ids
+        self.statements = Statements(db.engine.dialect)
+        self._path = db.engine.url.database or ":memory:"
+        self._sleep = sleep
+        self._lock_timeout = lock_timeout
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_lock = threading.Lock()
+        self._max_idle = max_idle
+        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._closed = False
+
+    # --- connections --------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            raw = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            raw.execute("PRAGMA journal_mode=WAL")
+            raw.execute("PRAGMA foreign_keys=ON")
+            raw.execute("PRAGMA synchronous=NORMAL")
+            raw.execute("PRAGMA busy_timeout=0")
+        except sqlite3.Error as error:
+            raise sqlalchemy_error(error, None) from error
+        return raw
+
+    def _checkout(self) -> sqlite3.Connection:
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _checkin(self, raw: sqlite3.Connection, healthy: bool) -> None:
+        if healthy and not raw.in_transaction:
+            with self._idle_lock:
+                if not self._closed and len(self._idle) < self._max_idle:
+                    self._idle.append(raw)
+                    return
+        raw.close()
+
+    def _writer_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._writers.get(loop)
+        if lock is None:
+            lock = self._writers[loop] = asyncio.Lock()
+        return lock
+
+    async def _begin_immediate(self, raw: sqlite3.Connection) -> None:
+        delay = FIRST_BACKOFF
+        deadline: float | None = None
+        while True:
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                if not _is_busy(error):
+                    raise sqlalchemy_error(error, "BEGIN IMMEDIATE") from error
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._lock_timeout
+                elif now >= deadline:
+                    raise sqlalchemy_error(error, "BEGIN IMMEDIATE") from error
+            await self._sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF)
+
+    # --- units of work ------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        with bound(self.ids):
+            raw = self._checkout()
+            healthy = False
+            try:
+                raw.execute("BEGIN")
+                yield _Connection(self, raw, Unit.READ)
+                healthy = True
+            finally:
+                healthy = self._end(raw, "ROLLBACK") and healthy
+                self._checkin(raw, healthy)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with self._write(Unit.TRANSACTION) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def statement(self) -> AsyncIterator[AsyncConnection]:
+        async with self._write(Unit.STATEMENT) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self, unit: Unit) -> AsyncIterator[AsyncConnection]:
+        with bound(self.ids):
+            async with self._writer_lock():
+                raw = self._checkout()
+                healthy = True
+                try:
+                    await self._begin_immediate(raw)
+                    try:
+                        yield _Connection(self, raw, unit)
+                    except BaseException:
+                        healthy = self._end(raw, "ROLLBACK")
+                        raise
+                    try:
+                        raw.execute("COMMIT")
+                    except sqlite3.Error as error:
+                        healthy = self._end(raw, "ROLLBACK")
+                        raise sqlalchemy_error(error, "COMMIT") from error
+                except BaseException:
+                    healthy = healthy and not raw.in_transaction
+                    raise
+                finally:
+                    self._checkin(raw, healthy)
+
+    @staticmethod
+    def _end(raw: sqlite3.Connection, sql: str) -> bool:
+        """End the transaction (True: the connection is fit for reuse)."""
+        if not raw.in_transaction:
+            return True
+        try:
+            raw.execute(sql)
+        except sqlite3.Error:
+            return False
+        return True
+
+    async def close(self) -> None:
+        with self._idle_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for raw in idle:
+            raw.close()

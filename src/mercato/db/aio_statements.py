@@ -1,0 +1,244 @@
+"""Core statements compiled once for a bare driver, and the driver's errors as SQLAlchemy's.
+
+The async drivers (`mercato.db.aio`) execute SQLAlchemy Core statements without SQLAlchemy's
+execution machinery: each statement is compiled once for the driver's dialect (`$n` for
+asyncpg, `?` for sqlite3) and kept with its bind order and the bind and result processors of
+its types, so the values sent and the rows read back are exactly the ones a sync Session sends
+and reads (a `UTCDateTime` is made UTC on the way in and aware on the way out, JSON is
+serialised and parsed, …).
+
+Two caches (decision 0321): statements built once at module level (the hot path) are found by
+identity, in a mapping that forgets a statement when it is garbage-collected; a statement built
+per call is found by SQLAlchemy's own cache key (its literal values are extracted per call, as
+SQLAlchemy does), in a bounded LRU. A statement with no cache key is compiled per call.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+Processor = Callable[[Any], Any]
+_MISSING = object()
+
+
+class Prepared:
+    """One statement compiled for one dialect: its SQL and how to bind and read it."""
+
+    __slots__ = ("_binds", "_results", "compiled", "dml_without_rows", "expanding", "sql")
+
+    def __init__(self, compiled: SQLCompiler, dialect: Dialect) -> None:
+        self.compiled = compiled
+        self.sql: str = compiled.string
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        processors: Mapping[str, Any] = compiled._bind_processors
+        binds: list[tuple[str, Any, bool, Callable[[], Any] | None, Processor | None]] = []
+        for name in compiled.positiontup or ():
+            bind = by_name[name]
+            binds.append(
+                (bind.key, bind.value, bool(bind.required), bind.callable, processors.get(name))
+            )
+        self._binds = tuple(binds)
+        self._results: tuple[Processor | None, ...] = tuple(
+            column.type._cached_result_processor(dialect, None)
+            for column in compiled._result_columns
+        )
+        self.expanding = bool(compiled.post_compile_params or compiled.literal_execute_params)
+        self.dml_without_rows = bool(
+            (compiled.isinsert or compiled.isupdate or compiled.isdelete)
+            and not compiled.effective_returning
+        )
+
+    def bind(
+        self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None = None
+    ) -> tuple[str, list[Any]]:
+        """The SQL to send and its positional values for `params`."""
+        if self.expanding or extracted is not None:
+            return self._bind_slow(params, extracted)
+        given = params or {}
+        values: list[Any] = []
+        for key, default, required, make, process in self._binds:
+            value = given.get(key, _MISSING)
+            if value is _MISSING:
+                if make is not None:
+                    value = make()
+                elif required:
+                    raise exc.InvalidRequestError(f"A value is required for bind parameter {key!r}")
+                else:
+                    value = default
+            values.append(value if process is None else process(value))
+        return self.sql, values
+
+    def _bind_slow(
+        self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None
+    ) -> tuple[str, list[Any]]:
+        compiled = self.compiled
+        constructed = compiled.construct_params(
+            dict(params) if params else None, extracted_parameters=extracted
+        )
+        named: Mapping[str, Any] = constructed
+        sql = self.sql
+        positions: Sequence[str] = compiled.positiontup or ()
+        processors: Mapping[str, Any] = compiled._bind_processors
+        if self.expanding:
+            expanded = compiled._process_parameters_for_postcompile(constructed)
+            sql, named = expanded.statement, expanded.parameters
+            positions = expanded.positiontup or ()
+            processors = expanded.processors
+        values = []
+        for name in positions:
+            value = named[name]
+            process = processors.get(name)
+            values.append(value if process is None else process(value))
+        return sql, values
+
+    def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        """A driver row as the tuple a Session returns (result processors applied)."""
+        results = self._results
+        if len(results) != len(raw):  # a textual statement: no types to apply
+            return tuple(raw)
+        return tuple(
+            value if process is None or value is None else process(value)
+            for process, value in zip(results, raw, strict=True)
+        )
+
+
+class Statements:
+    """The compiled statements of one dialect (see the module docstring)."""
+
+    def __init__(self, dialect: Dialect, *, per_call_limit: int = 1000) -> None:
+        self.dialect = dialect
+        self._by_identity: dict[int, tuple[weakref.ref[Any], Prepared, Sequence[Any] | None]] = {}
+        self._by_key: OrderedDict[Any, Prepared] = OrderedDict()
+        self._limit = per_call_limit
+
+    def prepare(self, statement: Any) -> tuple[Prepared, Sequence[Any] | None]:
+        """The compiled form of `statement`, and the literal values to extract from it (None:
+        they are compiled in: the statement itself was compiled)."""
+        found = self._by_identity.get(id(statement))
+        if found is not None and found[1] is not None and found[0]() is statement:
+            return found[1], found[2]
+        key = statement._generate_cache_key()
+        extracted: Sequence[Any] | None = None
+        if key is None:  # not cacheable: compiled for this statement object only
+            prepared = self._compile(statement)
+        else:
+            cached = self._by_key.get(key.key)
+            if cached is None:
+                prepared = self._by_key[key.key] = self._compile(statement)
+                if len(self._by_key) > self._limit:
+                    self._by_key.popitem(last=False)
+            else:
+                self._by_key.move_to_end(key.key)
+                prepared, extracted = cached, key.bindparams
+        self._remember(statement, prepared, extracted)
+        return prepared, extracted
+
+    def _remember(
+        self, statement: Any, prepared: Prepared, extracted: Sequence[Any] | None
+    ) -> None:
+        ident = id(statement)
+        by_identity = self._by_identity
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            entry = by_identity.get(ident)
+            if entry is not None and entry[0] is ref:
+                del by_identity[ident]
+
+        by_identity[ident] = (weakref.ref(statement, forget), prepared, extracted)
+
+    def _compile(self, statement: ClauseElement) -> Prepared:
+        compiled = statement.compile(dialect=self.dialect)
+        assert isinstance(compiled, SQLCompiler)
+        return Prepared(compiled, self.dialect)
+
+
+# --- driver errors as SQLAlchemy's ---------------------------------------------------------
+
+# PostgreSQL SQLSTATE classes → the DB-API class psycopg raises for them (so the sync and the
+# async side raise the same SQLAlchemy class for the same failure).
+_PG_CLASSES: dict[str, type[exc.DBAPIError]] = {
+    "08": exc.OperationalError,  # connection exception
+    "0A": exc.NotSupportedError,
+    "22": exc.DataError,
+    "23": exc.IntegrityError,
+    "25": exc.InternalError,  # invalid transaction state
+    "26": exc.ProgrammingError,
+    "28": exc.OperationalError,  # invalid authorization
+    "2B": exc.InternalError,
+    "2D": exc.InternalError,
+    "34": exc.ProgrammingError,
+    "3D": exc.ProgrammingError,
+    "3F": exc.ProgrammingError,
+    "40": exc.OperationalError,  # serialization failure, deadlock
+    "42": exc.ProgrammingError,
+    "44": exc.ProgrammingError,
+    "53": exc.OperationalError,  # insufficient resources
+    "54": exc.OperationalError,
+    "55": exc.OperationalError,
+    "57": exc.OperationalError,  # operator intervention (query cancelled, admin shutdown)
+    "58": exc.OperationalError,
+    "F0": exc.InternalError,
+    "HV": exc.OperationalError,
+    "P0": exc.InternalError,  # PL/pgSQL RAISE (the ledger's append-only triggers)
+    "XX": exc.InternalError,
+}
+
+
+def sqlalchemy_error(error: BaseException, sql: str | None) -> exc.DBAPIError:
+    """`error` (a driver's exception) as the SQLAlchemy exception a sync Session raises for
+    it, with `error` as `.orig` (PostgreSQL's carries `.sqlstate`). Parameters are never
+    rendered into the message."""
+    kind = _error_class(error)
+    invalidated = kind is exc.OperationalError and _is_disconnect(error)
+    return kind(sql, None, error, hide_parameters=True, connection_invalidated=invalidated)
+
+
+def _error_class(error: BaseException) -> type[exc.DBAPIError]:
+    if isinstance(error, sqlite3.Error):
+        for driver_kind, kind in _SQLITE_CLASSES:
+            if isinstance(error, driver_kind):
+                return kind
+        return exc.DBAPIError
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and len(sqlstate) == 5:
+        return _PG_CLASSES.get(sqlstate[:2], exc.DatabaseError)
+    if _is_disconnect(error):
+        return exc.OperationalError
+    name = type(error).__name__
+    if name == "DataError":  # asyncpg: a value its codec cannot encode
+        return exc.DataError
+    return exc.InterfaceError
+
+
+def _is_disconnect(error: BaseException) -> bool:
+    if isinstance(error, OSError | TimeoutError):
+        return True
+    name = type(error).__name__
+    if name == "ConnectionDoesNotExistError":
+        return True
+    return name == "InterfaceError" and "closed" in str(error).lower()
+
+
+def _sqlite_classes() -> list[tuple[type[BaseException], type[exc.DBAPIError]]]:
+    return [
+        (sqlite3.IntegrityError, exc.IntegrityError),
+        (sqlite3.OperationalError, exc.OperationalError),
+        (sqlite3.DataError, exc.DataError),
+        (sqlite3.ProgrammingError, exc.ProgrammingError),
+        (sqlite3.NotSupportedError, exc.NotSupportedError),
+        (sqlite3.InternalError, exc.InternalError),
+        (sqlite3.InterfaceError, exc.InterfaceError),
+        (sqlite3.DatabaseError, exc.DatabaseError),
+    ]
+
+
+_SQLITE_CLASSES = _sqlite_classes()
