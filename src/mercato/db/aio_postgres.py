@@ -64,8 +64,9 @@ def _same(value: str) -> str:
 class _Pool:
     """The connections of one event loop."""
 
-    def __init__(self, dsn: str, max_size: int, max_idle: int) -> None:
+    def __init__(self, dsn: str, max_size: int, max_idle: int, idle_ping: float) -> None:
         self._dsn = dsn
+        self._idle_ping = idle_ping
         self._slots = asyncio.Semaphore(max_size)
         self._idle: list[tuple[Any, float]] = []
         self._max_idle = max_idle
@@ -78,7 +79,7 @@ class _Pool:
                 conn, since = self._idle.pop()
                 if conn.is_closed():
                     continue
-                if time.monotonic() - since > IDLE_PING_SECONDS:
+                if time.monotonic() - since >= self._idle_ping:
                     try:
                         await conn.execute("SELECT 1")
                     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
@@ -152,8 +153,8 @@ class _Connection:
         if isinstance(op, Run):
             return await self._run(op)
         statements = self._db.statements
-        prepared, extracted = statements.prepare(op.statement)
         params = op.params
+        prepared, extracted = statements.prepare(op.statement, params)
         if params is not None and not isinstance(params, Mapping):
             return await self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)
@@ -214,7 +215,15 @@ class PostgresDatabase:
 
     dialect: str = "postgresql"
 
-    def __init__(self, db: Database, *, max_size: int = 20, max_idle: int = 10) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_size: int = 20,
+        max_idle: int = 10,
+        idle_ping_seconds: float = IDLE_PING_SECONDS,
+    ) -> None:
+        self._idle_ping = idle_ping_seconds
         self.ids = db.ids
         self.statements = Statements(asyncpg_dialect())
         url = db.engine.url.set(drivername="postgresql")
@@ -233,7 +242,9 @@ class PostgresDatabase:
                 if other.is_closed():
                     stale.terminate()
                     self._pools.pop(other, None)
-            pool = self._pools[loop] = _Pool(self._dsn, self._max_size, self._max_idle)
+            pool = self._pools[loop] = _Pool(
+                self._dsn, self._max_size, self._max_idle, self._idle_ping
+            )
         return pool
 
     @asynccontextmanager

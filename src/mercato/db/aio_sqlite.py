@@ -63,7 +63,7 @@ class _Connection:
         return self._rows(op.statement, op.params)
 
     def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
-        prepared, extracted = self._db.statements.prepare(statement)
+        prepared, extracted = self._db.statements.prepare(statement, params)
         if params is not None and not isinstance(params, Mapping):
             return self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)

@@ -25,6 +25,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import ValuesBase
 
 Processor = Callable[[Any], Any]
 _MISSING = object()
@@ -111,52 +112,74 @@ class Prepared:
         )
 
 
+_Found = tuple[Prepared, Sequence[Any] | None]
+
+
 class Statements:
     """The compiled statements of one dialect (see the module docstring)."""
 
     def __init__(self, dialect: Dialect, *, per_call_limit: int = 1000) -> None:
         self.dialect = dialect
-        self._by_identity: dict[int, tuple[weakref.ref[Any], Prepared, Sequence[Any] | None]] = {}
+        self._by_identity: dict[int, tuple[weakref.ref[Any], dict[Any, _Found]]] = {}
         self._by_key: OrderedDict[Any, Prepared] = OrderedDict()
         self._limit = per_call_limit
 
-    def prepare(self, statement: Any) -> tuple[Prepared, Sequence[Any] | None]:
-        """The compiled form of `statement`, and the literal values to extract from it (None:
-        they are compiled in: the statement itself was compiled)."""
-        found = self._by_identity.get(id(statement))
-        if found is not None and found[1] is not None and found[0]() is statement:
-            return found[1], found[2]
+    def prepare(self, statement: Any, params: Any = None) -> _Found:
+        """The compiled form of `statement` for `params` (a mapping, a list of them for an
+        executemany, or None), and the literal values to extract from the statement (None:
+        they are compiled in, the statement itself was compiled)."""
+        columns: tuple[str, ...] | None = None
+        if isinstance(statement, ValuesBase):
+            # An INSERT or UPDATE without values() names the columns it is executed with, as
+            # SQLAlchemy compiles it for the keys of the (first) parameter set.
+            first = params if params is None or isinstance(params, Mapping) else params[0]
+            columns = tuple(sorted(first)) if first else ()
+        entry = self._by_identity.get(id(statement))
+        if entry is not None and entry[0]() is statement:
+            found = entry[1].get(columns)
+            if found is not None:
+                return found
         key = statement._generate_cache_key()
-        extracted: Sequence[Any] | None = None
         if key is None:  # not cacheable: compiled for this statement object only
-            prepared = self._compile(statement)
+            found = (self._compile(statement, columns), None)
         else:
-            cached = self._by_key.get(key.key)
+            cache_key = (key.key, columns)
+            cached = self._by_key.get(cache_key)
             if cached is None:
-                prepared = self._by_key[key.key] = self._compile(statement)
+                found = (self._compile(statement, columns, key), None)
+                self._by_key[cache_key] = found[0]
                 if len(self._by_key) > self._limit:
                     self._by_key.popitem(last=False)
             else:
-                self._by_key.move_to_end(key.key)
-                prepared, extracted = cached, key.bindparams
-        self._remember(statement, prepared, extracted)
-        return prepared, extracted
+                self._by_key.move_to_end(cache_key)
+                found = (cached, key.bindparams)
+        self._remember(statement, columns, found)
+        return found
 
-    def _remember(
-        self, statement: Any, prepared: Prepared, extracted: Sequence[Any] | None
-    ) -> None:
+    def _remember(self, statement: Any, columns: tuple[str, ...] | None, found: _Found) -> None:
         ident = id(statement)
         by_identity = self._by_identity
+        entry = by_identity.get(ident)
+        if entry is None or entry[0]() is not statement:
 
-        def forget(ref: weakref.ref[Any]) -> None:
-            entry = by_identity.get(ident)
-            if entry is not None and entry[0] is ref:
-                del by_identity[ident]
+            def forget(ref: weakref.ref[Any]) -> None:
+                current = by_identity.get(ident)
+                if current is not None and current[0] is ref:
+                    del by_identity[ident]
 
-        by_identity[ident] = (weakref.ref(statement, forget), prepared, extracted)
+            entry = by_identity[ident] = (weakref.ref(statement, forget), {})
+        entry[1][columns] = found
 
-    def _compile(self, statement: ClauseElement) -> Prepared:
-        compiled = statement.compile(dialect=self.dialect)
+    def _compile(
+        self, statement: ClauseElement, columns: tuple[str, ...] | None, key: Any = None
+    ) -> Prepared:
+        # With its cache key, a compiled statement takes the literal values of another
+        # statement of the same key (`construct_params(extracted_parameters=…)`).
+        compiled = statement.compile(
+            dialect=self.dialect,
+            column_keys=None if columns is None else list(columns),
+            cache_key=key,
+        )
         assert isinstance(compiled, SQLCompiler)
         return Prepared(compiled, self.dialect)
 
