@@ -34,7 +34,15 @@ _MISSING = object()
 class Prepared:
     """One statement compiled for one dialect: its SQL and how to bind and read it."""
 
-    __slots__ = ("_binds", "_results", "compiled", "dml_without_rows", "expanding", "sql")
+    __slots__ = (
+        "__weakref__",
+        "_binds",
+        "_results",
+        "compiled",
+        "dml_without_rows",
+        "expanding",
+        "sql",
+    )
 
     def __init__(self, compiled: SQLCompiler, dialect: Dialect) -> None:
         self.compiled = compiled
@@ -116,12 +124,20 @@ _Found = tuple[Prepared, Sequence[Any] | None]
 
 
 class Statements:
-    """The compiled statements of one dialect (see the module docstring)."""
+    """The compiled statements of one dialect (see the module docstring).
+
+    Only two bounded LRUs hold compiled statements (and, through them, the statements they
+    were compiled from): by SQLAlchemy's cache key, and, for a statement without one, by
+    identity. The identity map in front of both holds weak references only, so a statement
+    built per call, and its entry, go away with it."""
 
     def __init__(self, dialect: Dialect, *, per_call_limit: int = 1000) -> None:
         self.dialect = dialect
-        self._by_identity: dict[int, tuple[weakref.ref[Any], dict[Any, _Found]]] = {}
+        self._by_identity: dict[
+            int, tuple[weakref.ref[Any], dict[Any, tuple[weakref.ref[Prepared], Any]]]
+        ] = {}
         self._by_key: OrderedDict[Any, Prepared] = OrderedDict()
+        self._uncacheable: OrderedDict[Any, Prepared] = OrderedDict()
         self._limit = per_call_limit
 
     def prepare(self, statement: Any, params: Any = None) -> _Found:
@@ -136,27 +152,40 @@ class Statements:
             columns = tuple(sorted(first)) if first else ()
         entry = self._by_identity.get(id(statement))
         if entry is not None and entry[0]() is statement:
-            found = entry[1].get(columns)
-            if found is not None:
-                return found
+            known = entry[1].get(columns)
+            if known is not None:
+                prepared = known[0]()
+                if prepared is not None:
+                    return prepared, known[1]
         key = statement._generate_cache_key()
-        if key is None:  # not cacheable: compiled for this statement object only
-            found = (self._compile(statement, columns), None)
+        extracted: Sequence[Any] | None = None
+        if key is None:  # not cacheable: compiled for this statement object
+            prepared = self._compile(statement, columns)
+            self._keep(self._uncacheable, (id(statement), columns), prepared)
         else:
             cache_key = (key.key, columns)
             cached = self._by_key.get(cache_key)
             if cached is None:
-                found = (self._compile(statement, columns, key), None)
-                self._by_key[cache_key] = found[0]
-                if len(self._by_key) > self._limit:
-                    self._by_key.popitem(last=False)
+                prepared = self._compile(statement, columns, key)
+                self._keep(self._by_key, cache_key, prepared)
             else:
                 self._by_key.move_to_end(cache_key)
-                found = (cached, key.bindparams)
-        self._remember(statement, columns, found)
-        return found
+                prepared, extracted = cached, key.bindparams
+        self._remember(statement, columns, prepared, extracted)
+        return prepared, extracted
 
-    def _remember(self, statement: Any, columns: tuple[str, ...] | None, found: _Found) -> None:
+    def _keep(self, lru: OrderedDict[Any, Prepared], key: Any, prepared: Prepared) -> None:
+        lru[key] = prepared
+        if len(lru) > self._limit:
+            lru.popitem(last=False)
+
+    def _remember(
+        self,
+        statement: Any,
+        columns: tuple[str, ...] | None,
+        prepared: Prepared,
+        extracted: Sequence[Any] | None,
+    ) -> None:
         ident = id(statement)
         by_identity = self._by_identity
         entry = by_identity.get(ident)
@@ -168,7 +197,7 @@ class Statements:
                     del by_identity[ident]
 
             entry = by_identity[ident] = (weakref.ref(statement, forget), {})
-        entry[1][columns] = found
+        entry[1][columns] = (weakref.ref(prepared), extracted)
 
     def _compile(
         self, statement: ClauseElement, columns: tuple[str, ...] | None, key: Any = None

@@ -1,0 +1,112 @@
+"""Statements compiled once for a bare driver: the right SQL and values per call, a bounded
+cache for statements built per call, and driver errors as SQLAlchemy's classes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import sqlite3
+
+import asyncpg
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, exc, insert, select
+
+from mercato.db.aio_postgres import asyncpg_dialect
+from mercato.db.aio_statements import Statements, sqlalchemy_error
+from mercato.db.base import UTCDateTime
+
+T = Table(
+    "t",
+    MetaData(),
+    Column("id", String(10), primary_key=True),
+    Column("n", Integer),
+    Column("at", UTCDateTime),
+)
+_BY_ID = select(T.c.id, T.c.at).where(T.c.id == bindparam("id"), T.c.n > 3)
+
+
+def test_a_module_level_statement_is_compiled_once_for_asyncpg() -> None:
+    statements = Statements(asyncpg_dialect())
+    prepared, extracted = statements.prepare(_BY_ID, {"id": "a"})
+    assert statements.prepare(_BY_ID, {"id": "b"}) == (prepared, extracted)
+    assert extracted is None
+    sql, values = prepared.bind({"id": "a"})
+    assert "$1::VARCHAR" in sql and "$2::INTEGER" in sql
+    assert values == ["a", 3]
+
+
+def test_bind_and_result_processors_apply_the_types() -> None:
+    statements = Statements(asyncpg_dialect())
+    prepared, _ = statements.prepare(insert(T), {"id": "a", "at": None})
+    paris = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    sql, values = prepared.bind({"id": "a", "at": paris})
+    assert sql.startswith("INSERT INTO t (id, at)")  # the columns of the keys given
+    assert values == ["a", paris]
+    assert values[1].tzinfo == dt.UTC
+    with pytest.raises(ValueError, match="naive"):
+        prepared.bind({"id": "a", "at": dt.datetime(2026, 1, 1)})
+    read, _ = statements.prepare(_BY_ID)
+    assert read.row(("a", dt.datetime(2026, 1, 1))) == ("a", dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+
+
+def test_a_missing_required_parameter_is_refused() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_BY_ID)
+    with pytest.raises(exc.InvalidRequestError, match="'id'"):
+        prepared.bind({})
+
+
+def test_statements_built_per_call_share_one_compiled_form_with_their_own_values() -> None:
+    statements = Statements(asyncpg_dialect(), per_call_limit=5)
+    first, extracted_first = statements.prepare(select(T.c.id).where(T.c.n == 1))
+    second, extracted_second = statements.prepare(select(T.c.id).where(T.c.n == 2))
+    assert first is second
+    assert extracted_first is None  # the statement compiled: its values are in
+    assert second.bind(None, extracted_second)[1] == [2]
+    assert first.bind(None, extracted_first)[1] == [1]
+
+
+def test_the_per_call_cache_is_bounded_and_forgets_dead_statements() -> None:
+    statements = Statements(asyncpg_dialect(), per_call_limit=5)
+    for column in range(50):
+        # 50 shapes (a different label each), none kept by the caller
+        statements.prepare(select(T.c.id.label(f"c{column}")))
+    gc.collect()
+    assert len(statements._by_key) == 5
+    # only the statements the 5 kept compiled forms were compiled from are still alive
+    assert len(statements._by_identity) == 5
+
+
+def test_expanding_parameters_render_per_call() -> None:
+    statements = Statements(asyncpg_dialect())
+    in_ids = select(T.c.n).where(T.c.id.in_(bindparam("ids", expanding=True)))
+    prepared, extracted = statements.prepare(in_ids)
+    sql, values = prepared.bind({"ids": ["a", "b", "c"]}, extracted)
+    assert "$3" in sql and values == ["a", "b", "c"]
+    sql, values = prepared.bind({"ids": ["x"]}, extracted)
+    assert "$2" not in sql and values == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (sqlite3.IntegrityError("UNIQUE constraint failed"), exc.IntegrityError),
+        (sqlite3.OperationalError("database is locked"), exc.OperationalError),
+        (sqlite3.ProgrammingError("x"), exc.ProgrammingError),
+        (asyncpg.UniqueViolationError("duplicate key"), exc.IntegrityError),
+        (asyncpg.ForeignKeyViolationError("fk"), exc.IntegrityError),
+        (asyncpg.SerializationError("could not serialize"), exc.OperationalError),
+        (asyncpg.DeadlockDetectedError("deadlock"), exc.OperationalError),
+        (asyncpg.QueryCanceledError("cancelled"), exc.OperationalError),
+        (asyncpg.InvalidTextRepresentationError("bad"), exc.DataError),
+        (asyncpg.UndefinedTableError("no table"), exc.ProgrammingError),
+        (asyncpg.RaiseError("append-only"), exc.InternalError),
+        (asyncpg.ConnectionDoesNotExistError("closed"), exc.OperationalError),
+        (ConnectionResetError("reset"), exc.OperationalError),
+    ],
+)
+def test_driver_errors_become_sqlalchemys(error: BaseException, kind: type[Exception]) -> None:
+    mapped = sqlalchemy_error(error, "SELECT 1")
+    assert type(mapped) is kind
+    assert mapped.orig is error
+    if isinstance(error, asyncpg.PostgresError):
+        assert mapped.orig.sqlstate == error.sqlstate  # type: ignore[union-attr]
