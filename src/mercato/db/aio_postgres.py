@@ -259,9 +259,12 @@ class PostgresDatabase:
                 try:
                     yield _Connection(self, conn, unit)
                 except BaseException as error:
-                    if begin:
-                        await self._control(conn, "ROLLBACK")
                     healthy = _fit_after(error)
+                    if begin and healthy:
+                        try:
+                            await conn.execute("ROLLBACK")
+                        except Exception:  # the unit's own error is the one to raise
+                            healthy = False
                     raise
                 if begin:
                     await self._control(conn, "COMMIT")

@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from mercato.core.ids import bound
 from mercato.db import guarded
 from mercato.db.aio import OneUnit, Unit, program_values
@@ -60,7 +62,20 @@ class _Connection:
         self._unit.check(op)
         if isinstance(op, Run):
             return self._run(op)
-        return self._rows(op.statement, op.params)
+        if self._unit.unit is not Unit.READ:
+            return self._rows(op.statement, op.params)
+        # A reader does not wait for the writer in WAL mode, but can find the WAL index
+        # busy for an instant (a checkpoint resetting it): it retries without blocking.
+        delay, deadline = FIRST_BACKOFF, time.monotonic() + self._db.lock_timeout
+        while True:
+            try:
+                return self._rows(op.statement, op.params)
+            except DBAPIError as error:
+                busy = isinstance(error.orig, sqlite3.Error) and _is_busy(error.orig)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            await self._db.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF)
 
     def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
         prepared, extracted = self._db.statements.prepare(statement, params)
@@ -144,8 +159,8 @@ class SqliteDatabase:
         self.ids = db.ids
         self.statements = Statements(db.engine.dialect)
         self._path = db.engine.url.database or ":memory:"
-        self._sleep = sleep
-        self._lock_timeout = lock_timeout
+        self.sleep = sleep
+        self.lock_timeout = lock_timeout
         self._idle: list[sqlite3.Connection] = []
         self._idle_lock = threading.Lock()
         self._max_idle = max_idle
@@ -200,10 +215,10 @@ class SqliteDatabase:
                     raise sqlalchemy_error(error, "BEGIN IMMEDIATE") from error
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + self._lock_timeout
+                    deadline = now + self.lock_timeout
                 elif now >= deadline:
                     raise sqlalchemy_error(error, "BEGIN IMMEDIATE") from error
-            await self._sleep(delay)
+            await self.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
 
     # --- units of work ------------------------------------------------------------------
