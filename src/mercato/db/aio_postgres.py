@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -230,6 +231,7 @@ class PostgresDatabase:
         self._dsn = url.render_as_string(hide_password=False)
         self._max_size = max_size
         self._max_idle = max_idle
+        self._pools_lock = threading.Lock()
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = (
             weakref.WeakKeyDictionary()
         )
@@ -237,7 +239,9 @@ class PostgresDatabase:
     def _pool(self) -> _Pool:
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
-        if pool is None:
+        if pool is not None:
+            return pool
+        with self._pools_lock:  # loops on other threads may be making theirs
             for other, stale in list(self._pools.items()):
                 if other.is_closed():
                     stale.terminate()
@@ -290,9 +294,11 @@ class PostgresDatabase:
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
-        for other, pool in list(self._pools.items()):
+        with self._pools_lock:
+            pools = list(self._pools.items())
+            self._pools.clear()
+        for other, pool in pools:
             if other is loop:
                 await pool.close()
             else:
                 pool.terminate()
-        self._pools.clear()

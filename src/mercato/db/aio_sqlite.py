@@ -200,7 +200,10 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         lock = self._writers.get(loop)
         if lock is None:
-            lock = self._writers[loop] = asyncio.Lock()
+            with self._idle_lock:
+                lock = self._writers.get(loop)
+                if lock is None:
+                    lock = self._writers[loop] = asyncio.Lock()
         return lock
 
     async def _begin_immediate(self, raw: sqlite3.Connection) -> None:

@@ -484,3 +484,22 @@ def test_a_dead_idle_connection_is_replaced(runtime: Runtime) -> None:
 
     before, after = run_on_fresh_loop(scenario(kill))
     assert before != after
+
+
+def test_loops_on_two_threads_at_once_each_use_their_own_connections(
+    runtime: Runtime, probe: Table
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def writes(tag: str) -> int:
+        for i in range(20):
+            async with runtime.adb.transaction() as conn:
+                await conn.execute(Rows(_INSERT, {"id": f"{tag}{i}", "name": tag}))
+            async with runtime.adb.read() as conn:
+                assert (await conn.execute(Rows(_BY_ID, {"id": f"{tag}{i}"})))[0][0] == f"{tag}{i}"
+        return i + 1
+
+    with ThreadPoolExecutor(2) as threads:
+        done = list(threads.map(lambda tag: run_on_fresh_loop(writes(tag)), ["a", "b"]))
+    assert done == [20, 20]
+    assert _count(runtime) == 40
