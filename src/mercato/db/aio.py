@@ -17,7 +17,11 @@ the same values and the same exceptions on either side (decisions 0320-0323).
 The three units of work keep `Database`'s rules: `read()` never writes (a write statement is
 refused with `uow.ReadSessionWrote` before it reaches SQL), `transaction()` commits on success
 and rolls back on an exception, `statement()` runs exactly one operation (a second one raises
-`uow.StatementSessionReused`; on PostgreSQL it runs in autocommit).
+`uow.StatementSessionReused`; on PostgreSQL it runs in autocommit). A refused money program
+(`guarded.Refused`) aborts its unit on both stores: the unit rolls back at its end even when
+the plan caught the refusal, and a further operation in it raises `TransactionRefused`
+(PostgreSQL aborts the transaction anyway; on SQLite the program's earlier steps would
+otherwise commit; decision 0324).
 """
 
 from __future__ import annotations
@@ -40,16 +44,28 @@ class Unit(enum.Enum):
     STATEMENT = "statement"
 
 
+class TransactionRefused(RuntimeError):
+    """An operation was asked of a unit of work after a money program in it was refused: a
+    programming error (the refusal aborted the unit, which rolls back at its end)."""
+
+
 class OneUnit:
     """The rules every async connection checks before an operation reaches SQL."""
 
-    __slots__ = ("ran", "unit")
+    __slots__ = ("ran", "refused", "unit")
 
     def __init__(self, unit: Unit) -> None:
         self.unit = unit
         self.ran = False
+        self.refused = False
+        """A money program was refused in this unit: it rolls back at its end, whatever the
+        plan did with the refusal (decision 0324)."""
 
     def check(self, op: Op) -> None:
+        if self.refused:
+            raise TransactionRefused(
+                "a refused money program aborted this unit of work; end it and begin another"
+            )
         unit = self.unit
         if unit is Unit.TRANSACTION:
             return

@@ -149,10 +149,18 @@ class _Connection:
         self._conn = conn
         self._unit = OneUnit(unit)
 
+    @property
+    def refused(self) -> bool:
+        return self._unit.refused
+
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
         if isinstance(op, Run):
-            return await self._run(op)
+            try:
+                return await self._run(op)
+            except guarded.Refused:
+                self._unit.refused = True
+                raise
         statements = self._db.statements
         params = op.params
         prepared, extracted = statements.prepare(op.statement, params)
@@ -260,8 +268,9 @@ class PostgresDatabase:
             try:
                 if begin:
                     await self._control(conn, "BEGIN")
+                unit_conn = _Connection(self, conn, unit)
                 try:
-                    yield _Connection(self, conn, unit)
+                    yield unit_conn
                 except BaseException as error:
                     healthy = _fit_after(error)
                     if begin and healthy:
@@ -270,8 +279,8 @@ class PostgresDatabase:
                         except Exception:  # the unit's own error is the one to raise
                             healthy = False
                     raise
-                if begin:
-                    await self._control(conn, "COMMIT")
+                if begin:  # a refusal aborted the transaction: COMMIT would roll back too
+                    await self._control(conn, "ROLLBACK" if unit_conn.refused else "COMMIT")
                 healthy = True
             finally:
                 pool.release(conn, healthy)

@@ -61,7 +61,11 @@ class _Connection:
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
         if isinstance(op, Run):
-            return self._run(op)
+            try:
+                return self._run(op)
+            except guarded.Refused:
+                self._unit.refused = True
+                raise
         if self._unit.unit is not Unit.READ:
             return self._rows(op.statement, op.params)
         # A reader does not wait for the writer in WAL mode, but can find the WAL index
@@ -76,6 +80,10 @@ class _Connection:
                     raise
             await self._db.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
+
+    @property
+    def refused(self) -> bool:
+        return self._unit.refused
 
     def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
         prepared, extracted = self._db.statements.prepare(statement, params)
@@ -257,13 +265,14 @@ class SqliteDatabase:
                 healthy = True
                 try:
                     await self._begin_immediate(raw)
+                    conn = _Connection(self, raw, unit)
                     try:
-                        yield _Connection(self, raw, unit)
+                        yield conn
                     except BaseException:
                         healthy = self._end(raw, "ROLLBACK")
                         raise
                     try:
-                        raw.execute("COMMIT")
+                        raw.execute("ROLLBACK" if conn.refused else "COMMIT")
                     except sqlite3.Error as error:
                         healthy = self._end(raw, "ROLLBACK")
                         raise sqlalchemy_error(error, "COMMIT") from error

@@ -503,3 +503,37 @@ def test_loops_on_two_threads_at_once_each_use_their_own_connections(
         done = list(threads.map(lambda tag: run_on_fresh_loop(writes(tag)), ["a", "b"]))
     assert done == [20, 20]
     assert _count(runtime) == 40
+
+
+def test_a_refusal_aborts_its_transaction_even_when_the_plan_catches_it(
+    runtime: Runtime, probe: Table
+) -> None:
+    from mercato.db.aio import TransactionRefused
+
+    account = make_account(runtime.db, "poor@example.com")
+    reserve = Run(
+        ledger._RESERVE,
+        {
+            "reservation_id": "res_aborts",
+            "account_id": account,
+            "amount": 5,
+            "reference": "ref-aborts",
+            "now": utcnow(),
+        },
+    )
+
+    async def scenario() -> None:
+        async with runtime.adb.transaction() as conn:
+            await conn.execute(Rows(_INSERT, {"id": "before", "name": "n"}))
+            with pytest.raises(guarded.Refused):
+                await conn.execute(reserve)
+            with pytest.raises(TransactionRefused):
+                await conn.execute(Rows(_INSERT, {"id": "after", "name": "n"}))
+        # the unit ended without an exception, and still wrote nothing
+        async with runtime.adb.transaction() as conn:
+            await conn.execute(Rows(_INSERT, {"id": "next", "name": "n"}))
+
+    run_on_fresh_loop(scenario())
+    with runtime.db.read() as session:
+        assert session.execute(select(PROBE.c.id)).scalars().all() == ["next"]
+        assert session.get(Reservation, "res_aborts") is None
