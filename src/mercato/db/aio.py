@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mercato.core.ids import new_id
 from mercato.db import guarded
 from mercato.db.plans import AsyncDatabase, Op, Run
 from mercato.db.uow import Database, ReadSessionWrote, StatementSessionReused
+
+if TYPE_CHECKING:
+    from mercato.db.aio_postgres import PostgresDatabase
+    from mercato.db.aio_sqlite import SqliteDatabase
 
 
 class Unit(enum.Enum):
@@ -92,10 +96,16 @@ def program_values(built: guarded.Compiled, params: Mapping[str, Any]) -> dict[s
 
 def make_async_database(db: Database) -> AsyncDatabase:
     """The async database beside `db` (same store, same ids)."""
+    adb: PostgresDatabase | SqliteDatabase
     if db.engine.dialect.name == "postgresql":
         from mercato.db.aio_postgres import PostgresDatabase
 
-        return PostgresDatabase(db)
-    from mercato.db.aio_sqlite import SqliteDatabase
+        adb = PostgresDatabase(db)
+    else:
+        from mercato.db.aio_sqlite import SqliteDatabase
 
-    return SqliteDatabase(db)
+        adb = SqliteDatabase(db)
+    # `db.dispose()` (a test's teardown, the CLI's exit) also lets go of the async side's
+    # connections that no running loop can still use.
+    db.on_dispose(adb.dispose_ended)
+    return adb

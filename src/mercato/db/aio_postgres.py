@@ -301,6 +301,16 @@ class PostgresDatabase:
     def statement(self) -> Any:
         return self._unit(Unit.STATEMENT, begin=False)
 
+    def dispose_ended(self) -> None:
+        """Close the connections of the loops that have ended (without a loop: called by the
+        sync `Database.dispose`)."""
+        with self._pools_lock:
+            ended = [(loop, pool) for loop, pool in self._pools.items() if loop.is_closed()]
+            for loop, _pool in ended:
+                self._pools.pop(loop, None)
+        for _loop, pool in ended:
+            pool.terminate()
+
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         with self._pools_lock:

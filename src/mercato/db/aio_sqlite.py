@@ -293,6 +293,13 @@ class SqliteDatabase:
             return False
         return True
 
+    def dispose_ended(self) -> None:
+        """Close the idle connections (called by the sync `Database.dispose`)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for raw in idle:
+            raw.close()
+
     async def close(self) -> None:
         with self._idle_lock:
             self._closed = True

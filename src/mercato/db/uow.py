@@ -116,6 +116,7 @@ class Database:
             )
             event.listen(self._one_statement, "do_orm_execute", _allow_one_statement)
             event.listen(self._one_statement, "before_flush", _refuse_statement_flush)
+        self._dispose_hooks: list[Callable[[], None]] = []
         self._gate = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
         self._depth = threading.local()
         self._counts = threading.Lock()
@@ -202,5 +203,12 @@ class Database:
             finally:
                 session.close()  # ends the read's transaction (SQLite) with a rollback
 
+    def on_dispose(self, hook: Callable[[], None]) -> None:
+        """Call `hook` when this database is disposed (the async side beside it lets go of
+        the connections it no longer can use)."""
+        self._dispose_hooks.append(hook)
+
     def dispose(self) -> None:
+        for hook in self._dispose_hooks:
+            hook()
         self.engine.dispose()

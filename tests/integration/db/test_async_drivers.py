@@ -537,3 +537,29 @@ def test_a_refusal_aborts_its_transaction_even_when_the_plan_catches_it(
     with runtime.db.read() as session:
         assert session.execute(select(PROBE.c.id)).scalars().all() == ["next"]
         assert session.get(Reservation, "res_aborts") is None
+
+
+def _gone(runtime: Runtime, pids: list[int]) -> bool:
+    """Whether the server has ended these backends (it does shortly after the client hangs up:
+    waited for, boundedly)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with runtime.db.read() as session:
+            alive = session.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:pids)"),
+                {"pids": pids},
+            ).scalar_one()
+        if alive == 0 or time.monotonic() > deadline:
+            return bool(alive == 0)
+        time.sleep(0.05)
+
+
+@pytest.mark.postgres_only
+def test_disposing_the_database_ends_the_connections_of_ended_loops(runtime: Runtime) -> None:
+    async def pid() -> int:
+        async with runtime.adb.read() as conn:
+            return int((await conn.execute(Rows(_PID)))[0][0])
+
+    pids = [run_on_fresh_loop(pid())]  # its loop has ended; its connection is idle
+    runtime.db.dispose()
+    assert _gone(runtime, pids)
