@@ -27,7 +27,8 @@ otherwise commit; decision 0324).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mercato.core.ids import new_id
@@ -82,6 +83,34 @@ class OneUnit:
                 "a one-statement session runs exactly one statement; use transaction()"
             )
         self.ran = True
+
+
+Listener = Callable[[str, str], None]
+"""Told `("unit", "read" | "transaction" | "statement")` when a unit of work begins and
+`("sql", text)` for every statement sent (on PostgreSQL BEGIN, COMMIT and ROLLBACK too)."""
+
+
+class Observed:
+    """The listeners of an async database (tests count round trips and units with them; none
+    in production, where telling costs one truth test per statement)."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Listener] = []
+
+    def tell(self, kind: str, detail: str) -> None:
+        for listener in list(self.listeners):
+            listener(kind, detail)
+
+
+@contextmanager
+def observing(adb: AsyncDatabase, listener: Listener) -> Iterator[None]:
+    """Tell `listener` what `adb` (made by `make_async_database`) sends while the block runs."""
+    observed: Observed = adb.observed  # type: ignore[attr-defined]
+    observed.listeners.append(listener)
+    try:
+        yield
+    finally:
+        observed.listeners.remove(listener)
 
 
 def program_values(built: guarded.Compiled, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError
 
 from mercato.core.ids import bound
 from mercato.db import guarded
-from mercato.db.aio import OneUnit, Unit, program_values
+from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
 from mercato.db.plans import AsyncConnection, Op, Run
@@ -167,6 +167,8 @@ class _Connection:
         if params is not None and not isinstance(params, Mapping):
             return await self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
         try:
             records = await self._conn.fetch(sql, *values)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
@@ -177,6 +179,8 @@ class _Connection:
         self, prepared: Prepared, extracted: Any, params: Sequence[Mapping[str, Any]]
     ) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", prepared.sql)
         try:
             if prepared.dml_without_rows and not prepared.expanding and extracted is None:
                 await self._conn.executemany(
@@ -195,6 +199,8 @@ class _Connection:
         assert built.statement is not None
         prepared, _ = self._db.statements.prepare(built.statement)
         sql, values = prepared.bind(program_values(built, op.params))
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
         try:
             record = await self._conn.fetchrow(sql, *values)
         except asyncpg.PostgresError as error:
@@ -233,6 +239,7 @@ class PostgresDatabase:
         idle_ping_seconds: float = IDLE_PING_SECONDS,
     ) -> None:
         self._idle_ping = idle_ping_seconds
+        self.observed = Observed()
         self.ids = db.ids
         self.statements = Statements(asyncpg_dialect())
         url = db.engine.url.set(drivername="postgresql")
@@ -262,12 +269,14 @@ class PostgresDatabase:
     @asynccontextmanager
     async def _unit(self, unit: Unit, begin: bool) -> AsyncIterator[AsyncConnection]:
         with bound(self.ids):
+            if self.observed.listeners:
+                self.observed.tell("unit", unit.value)
             pool = self._pool()
             conn = await pool.acquire()
             healthy = False
             try:
                 if begin:
-                    await self._control(conn, "BEGIN")
+                    await self._control(conn, "BEGIN", self.observed)
                 unit_conn = _Connection(self, conn, unit)
                 try:
                     yield unit_conn
@@ -275,18 +284,21 @@ class PostgresDatabase:
                     healthy = _fit_after(error)
                     if begin and healthy:
                         try:
+                            self.observed.tell("sql", "ROLLBACK")
                             await conn.execute("ROLLBACK")
                         except Exception:  # the unit's own error is the one to raise
                             healthy = False
                     raise
                 if begin:  # a refusal aborted the transaction: COMMIT would roll back too
-                    await self._control(conn, "ROLLBACK" if unit_conn.refused else "COMMIT")
+                    end = "ROLLBACK" if unit_conn.refused else "COMMIT"
+                    await self._control(conn, end, self.observed)
                 healthy = True
             finally:
                 pool.release(conn, healthy)
 
     @staticmethod
-    async def _control(conn: Any, sql: str) -> None:
+    async def _control(conn: Any, sql: str, observed: Observed) -> None:
+        observed.tell("sql", sql)
         try:
             await conn.execute(sql)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:

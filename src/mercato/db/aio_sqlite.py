@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 
 from mercato.core.ids import bound
 from mercato.db import guarded
-from mercato.db.aio import OneUnit, Unit, program_values
+from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Statements, sqlalchemy_error
 from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.uow import Database
@@ -90,6 +90,8 @@ class _Connection:
         if params is not None and not isinstance(params, Mapping):
             return self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
         try:
             cursor = self._raw.execute(sql, values)
             raw = cursor.fetchall()
@@ -101,6 +103,8 @@ class _Connection:
         self, prepared: Any, extracted: Any, params: Sequence[Mapping[str, Any]]
     ) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", prepared.sql)
         if prepared.dml_without_rows and not prepared.expanding and extracted is None:
             bound_values = [prepared.bind(one)[1] for one in params]
             try:
@@ -176,6 +180,7 @@ class SqliteDatabase:
             weakref.WeakKeyDictionary()
         )
         self._closed = False
+        self.observed = Observed()
 
     # --- connections --------------------------------------------------------------------
 
@@ -237,6 +242,7 @@ class SqliteDatabase:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         with bound(self.ids):
+            self.observed.tell("unit", Unit.READ.value)
             raw = self._checkout()
             healthy = False
             try:
@@ -260,6 +266,7 @@ class SqliteDatabase:
     @asynccontextmanager
     async def _write(self, unit: Unit) -> AsyncIterator[AsyncConnection]:
         with bound(self.ids):
+            self.observed.tell("unit", unit.value)
             async with self._writer_lock():
                 raw = self._checkout()
                 healthy = True

@@ -563,3 +563,40 @@ def test_disposing_the_database_ends_the_connections_of_ended_loops(runtime: Run
     pids = [run_on_fresh_loop(pid())]  # its loop has ended; its connection is idle
     runtime.db.dispose()
     assert _gone(runtime, pids)
+
+
+def test_observers_see_the_units_and_the_statements_sent(runtime: Runtime, probe: Table) -> None:
+    from mercato.db.aio import observing
+
+    account = make_account(runtime.db, "observed@example.com")
+    seen: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        with observing(runtime.adb, lambda kind, detail: seen.append((kind, detail))):
+            async with runtime.adb.statement() as conn:
+                with pytest.raises(guarded.Refused):
+                    await conn.execute(
+                        Run(
+                            ledger._RESERVE,
+                            {
+                                "reservation_id": "res_seen",
+                                "account_id": account,
+                                "amount": 1,
+                                "reference": "ref-seen",
+                                "now": utcnow(),
+                            },
+                        )
+                    )
+            async with runtime.adb.transaction() as conn:
+                await conn.execute(Rows(_INSERT, {"id": "seen", "name": "n"}))
+        async with runtime.adb.read() as conn:  # not observed any more
+            await conn.execute(Rows(_BY_ID, {"id": "seen"}))
+
+    run_on_fresh_loop(scenario())
+    units = [detail for kind, detail in seen if kind == "unit"]
+    sql = [detail.split()[0] for kind, detail in seen if kind == "sql"]
+    assert units == ["statement", "transaction"]
+    if runtime.adb.dialect == "postgresql":
+        assert sql == ["WITH", "BEGIN", "INSERT", "COMMIT"]  # the money program: one statement
+    else:
+        assert sql[-1] == "INSERT" and len(sql) >= 2  # the program's steps, then the insert
