@@ -23,7 +23,7 @@ import asyncio
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -254,7 +254,7 @@ async def refunds_once(runtime: Runtime) -> int:
     return await asyncio.to_thread(refunds.run_once, runtime)
 
 
-Loop = Callable[[Runtime], Awaitable[int]]
+Loop = Callable[[Runtime], Coroutine[Any, Any, int]]
 
 LOOPS: tuple[Loop, ...] = (
     recover_once,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from builders.event_loops import run_on_fresh_loop
-from builders.invocation_world import World, running_world
+from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import Act, ScriptedProvider, envelope, scripted_provider, unknown
 from builders.platform_process import wait_for
 from builders.worker_world import (
@@ -39,15 +39,14 @@ def _settled(world: World, ids: list[str]) -> bool:
     return all(calls[i].state == "SUCCEEDED" and calls[i].settlement == "SETTLED" for i in ids)
 
 
-def _unknown_calls(world: World, count: int, *, service: str | None = None) -> list[str]:
+def _unknown_calls(world: World, count: int, *, service: str = SERVICE) -> list[str]:
     """`count` calls whose first answer was UNKNOWN_OUTCOME (the provider did the work and
     stored the result): each settles on its first reconciliation."""
     provider = world.provider
     ids = []
     for i in range(count):
         provider.script(unknown())
-        extra = {} if service is None else {"service": service}
-        response = world.invoke({"n": i}, key=f"{service or 'fast'}-{i}", **extra)
+        response = world.invoke({"n": i}, key=f"{service}-{i}", service=service)
         assert response.status_code == 202, response.text
         ids.append(str(response.json()["invocationId"]))
     return ids
@@ -102,7 +101,8 @@ def test_a_lane_runs_as_many_steps_at_once_as_its_slots_and_no_more(
     db_url: str, tmp_path: Path
 ) -> None:
     width, calls = 3, 12
-    provider = WaveProvider(width, expected=calls).start()
+    provider = WaveProvider(width, expected=calls)
+    provider.start()
     try:
         with running_world(db_url, tmp_path, provider, worker_concurrency=width, **ROOMY) as world:
             grant(world, 1_000)
