@@ -94,8 +94,8 @@ def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
 
     prepare = flows.prepare
 
-    def buggy(rt: Runtime, reads: Any, request: Any) -> Any:
-        result = prepare(rt, reads, request)
+    async def buggy(rt: Runtime, conn: Any, request: Any) -> Any:
+        result = await prepare(rt, conn, request)
         if isinstance(result, flows.InvokeResult) and result.replay:
             with runtime.db.transaction() as session:
                 policy = quotas.policy_for(

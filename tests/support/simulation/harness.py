@@ -201,7 +201,7 @@ class Simulation:
             for _ in range(40):
                 since = self.clock.now()
                 self.clock.advance(900)
-                done = await run_once(self.world.runtime)
+                done = await self._worker_pass()
                 self.checker.after_step(since)
                 if done == 0:
                     break
@@ -272,7 +272,7 @@ class Simulation:
             self.recorder.note(f"arm crash at {point} (worker)")
         if self.rng.random() < 0.2:
             self.plan = self.rng.choice(["other-call", "clock", "restart-keep", "restart-lose"])
-        done = await run_once(self.world.runtime)
+        done = await self._worker_pass()
         self.stats["worker_items"] += done
         self.recorder.note(f"worker pass: {done} item(s)")
 
@@ -329,7 +329,7 @@ class Simulation:
                 await self._send(ks, ks.body, "replay", label="concurrent duplicate")
             elif plan == "takeover":
                 self.clock.advance(self.rng.uniform(31, 90))
-                done = await run_once(self.world.runtime)
+                done = await self._worker_pass()
                 self.recorder.note(f"lease expired; another worker pass: {done} item(s)", key)
             elif plan == "other-call":
                 await self._fresh(self._new_key())
@@ -341,6 +341,10 @@ class Simulation:
         finally:
             self.nesting = False
         return False
+
+    async def _worker_pass(self) -> int:
+        """One pass of every worker loop, as `mercato worker` runs it."""
+        return await run_once(self.world.runtime)
 
     # --- calling the platform and judging its answers --------------------------------------
 
