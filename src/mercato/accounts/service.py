@@ -18,10 +18,11 @@ import secrets
 import string
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import bindparam, delete, or_, select, update
+from sqlalchemy import Table, bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import (
@@ -49,6 +50,7 @@ from mercato.accounts.schemas import (
 )
 from mercato.core.errors import Unauthenticated
 from mercato.core.ids import new_id
+from mercato.db.plans import Plan, Rows, first, query
 from mercato.db.uow import Database
 from mercato.settings import Settings
 
@@ -247,30 +249,53 @@ _KEY_BY_DIGEST = (
 
 
 def _lookup_api_key(session: Session, api_key: str) -> tuple[Principal, dt.datetime | None]:
+    return lookup_api_key(session, api_key=api_key)
+
+
+@query
+def lookup_api_key(*, api_key: str) -> Plan[tuple[Principal, dt.datetime | None]]:
+    """The principal of an API key and when its use was last recorded, or Unauthenticated
+    (the read half of `authenticate_api_key`, for the async edge)."""
     if not _API_KEY_RE.match(api_key):
         raise Unauthenticated("The credential is not valid.")
     digest = token_digest(api_key)
-    row = session.execute(_KEY_BY_DIGEST, {"digest": digest}).first()
+    row = first((yield Rows(_KEY_BY_DIGEST, {"digest": digest})))
     if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
         raise Unauthenticated("The credential is not valid.")
     principal = Principal(account_id=row[4], channel="API_KEY", is_staff=row[5], key_id=row[0])
     return principal, row[3]
 
 
-def _touch_due(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
+def touch_due(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
+    """Whether a key last recorded as used at `last_used_at` is due to be recorded again."""
     return last_used_at is None or last_used_at <= now - LAST_USED_RESOLUTION
 
 
-def _touch_api_key(session: Session, *, key_id: str, now: dt.datetime) -> None:
-    # Write at most once per resolution period, and only if nobody else just did.
-    cutoff = now - LAST_USED_RESOLUTION
-    session.execute(
-        update(ApiKey)
-        .where(ApiKey.id == key_id)
-        .where(or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at <= cutoff))
-        .values(last_used_at=now)
-        .execution_options(synchronize_session=False)
+_touch_due = touch_due
+_TOUCH_API_KEY = (
+    update(cast(Table, ApiKey.__table__))
+    .where(_keys.id == bindparam("p_id"))
+    .where(
+        or_(
+            _keys.last_used_at.is_(None),
+            _keys.last_used_at <= bindparam("p_cutoff", type_=_keys.last_used_at.type),
+        )
     )
+    .values(last_used_at=bindparam("p_now", type_=_keys.last_used_at.type))
+)
+
+
+@query
+def touch_api_key(*, key_id: str, now: dt.datetime) -> Plan[None]:
+    """Record the key's use at `now`: at most once per resolution period, and only if nobody
+    else just did."""
+    yield Rows(
+        _TOUCH_API_KEY, {"p_id": key_id, "p_cutoff": now - LAST_USED_RESOLUTION, "p_now": now}
+    )
+
+
+def _touch_api_key(session: Session, *, key_id: str, now: dt.datetime) -> None:
+    touch_api_key(session, key_id=key_id, now=now)
 
 
 # --- sessions: access tokens and rotating refresh tokens ---------------------------------
@@ -293,9 +318,18 @@ def issue_access_token(
     return f"{unsigned}.{_sign(unsigned, settings)}"
 
 
-def resolve_access_token(
-    session: Session, *, token: str, settings: Settings, now: dt.datetime
-) -> Principal:
+_families = SessionFamily.__table__.c
+_FAMILY_OF = (
+    select(_families.account_id, _families.revoked_at, _accounts.is_staff)
+    .select_from(
+        SessionFamily.__table__.join(Account.__table__, _accounts.id == _families.account_id)
+    )
+    .where(_families.id == bindparam("family_id"))
+)
+
+
+@query
+def resolve_access_token(*, token: str, settings: Settings, now: dt.datetime) -> Plan[Principal]:
     """Turn a session access token into a principal, or raise Unauthenticated."""
     match = _ACCESS_RE.match(token)
     if match is None:
@@ -305,16 +339,15 @@ def resolve_access_token(
         raise Unauthenticated("The credential is not valid.")
     if int(expiry) <= now.timestamp():
         raise Unauthenticated("The access token has expired.")
-    family = session.get(SessionFamily, family_id)
-    if family is None or family.account_id != account_id or family.revoked_at is not None:
+    family = first((yield Rows(_FAMILY_OF, {"family_id": family_id})))
+    if family is None or family[0] != account_id or family[1] is not None:
         raise Unauthenticated("The session has ended.")
-    account = get_account(session, account_id=account_id)
     return Principal(
-        account_id=account.id,
+        account_id=account_id,
         channel="SESSION",
-        is_staff=account.is_staff,
+        is_staff=bool(family[2]),
         key_id=None,
-        family_id=family.id,
+        family_id=family_id,
     )
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 from random import Random
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import select, update
@@ -16,6 +16,7 @@ from mercato.artifacts.errors import ArtifactNotFound, ManifestInvalid
 from mercato.artifacts.models import InvocationArtifact
 from mercato.artifacts.schemas import ManifestEntry, PendingIngestion, StoredArtifact
 from mercato.artifacts.store import is_digest, record_blob
+from mercato.db.plans import Plan, Rows, query
 from mercato.protocol.manifest import MAX_ARTIFACT_BYTES as MAX_ARTIFACT_BYTES
 from mercato.protocol.manifest import MAX_ARTIFACT_ID_CHARS as MAX_ARTIFACT_ID_CHARS
 from mercato.protocol.manifest import MAX_MANIFEST_ENTRIES as MAX_MANIFEST_ENTRIES
@@ -83,9 +84,19 @@ def _valid_artifact_id(value: object) -> bool:
     )
 
 
+_artifacts = InvocationArtifact.__table__.c
+_MANIFEST_OF = (
+    select(_artifacts.artifact_id, _artifacts.digest, _artifacts.media_type, _artifacts.size)
+    .where(_artifacts.invocation_id == sa.bindparam("invocation_id"))
+    .order_by(_artifacts.position)
+)
+_RECORD_ENTRY = cast(sa.Table, InvocationArtifact.__table__).insert()
+
+
+@query
 def record_manifest(
-    session: Session, *, invocation_id: str, entries: Sequence[Any], now: dt.datetime
-) -> list[ManifestEntry]:
+    *, invocation_id: str, entries: Sequence[Any], now: dt.datetime
+) -> Plan[list[ManifestEntry]]:
     """Store a settled call's manifest, every entry pending ingestion; repeatable.
 
     Called inside the settle transaction. Recording the same manifest again is a no-op;
@@ -93,29 +104,33 @@ def record_manifest(
     """
     parsed = validate_manifest(list(entries))
     existing = [
-        artifact.entry for artifact in list_for_invocation(session, invocation_id=invocation_id)
+        ManifestEntry(artifact_id=a, digest=d, media_type=m, size=int(n))
+        for a, d, m, n in (yield Rows(_MANIFEST_OF, {"invocation_id": invocation_id}))
     ]
     if existing:
         if existing != parsed:
             raise ManifestInvalid("A different manifest is already recorded for this call.")
         return parsed
-    session.add_all(
-        InvocationArtifact(
-            invocation_id=invocation_id,
-            artifact_id=entry.artifact_id,
-            position=position,
-            digest=entry.digest,
-            media_type=entry.media_type,
-            size=entry.size,
-            recorded_at=now,
-            ingested_at=None,
-            attempts=0,
-            next_attempt_at=now,
-            last_error=None,
+    if parsed:
+        yield Rows(
+            _RECORD_ENTRY,
+            [
+                {
+                    "invocation_id": invocation_id,
+                    "artifact_id": entry.artifact_id,
+                    "position": position,
+                    "digest": entry.digest,
+                    "media_type": entry.media_type,
+                    "size": entry.size,
+                    "recorded_at": now,
+                    "ingested_at": None,
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                    "last_error": None,
+                }
+                for position, entry in enumerate(parsed)
+            ],
         )
-        for position, entry in enumerate(parsed)
-    )
-    session.flush()
     return parsed
 
 

@@ -26,8 +26,8 @@ from mercato.db.uow import Database
 from mercato.settings import Settings
 
 if TYPE_CHECKING:  # the client is built by the edges, above this layer
-    from mercato.dispatch.async_client import AsyncProviderClient
     from mercato.dispatch.client import ProviderClient
+    from mercato.dispatch.port import AsyncProvider
 
 Sleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
@@ -51,7 +51,8 @@ class Runtime:
     when not given."""
     asleep: AsyncSleep = asyncio.sleep
     """Sleeping on the event loop (a test's fake clock advances instead)."""
-    async_provider: AsyncProviderClient | None = None
+    async_provider: AsyncProvider | None = None
+    """The provider client of the async flows (`mercato.dispatch.port.AsyncProvider`)."""
 
     def __post_init__(self) -> None:
         if self.aio is None:
@@ -74,7 +75,7 @@ class Runtime:
             raise NoProviderClient("this Runtime was built without a provider client")
         return self.provider
 
-    def async_provider_client(self) -> AsyncProviderClient:
+    def async_provider_client(self) -> AsyncProvider:
         """The process's one pooled async provider client."""
         if self.async_provider is None:
             raise NoProviderClient("this Runtime was built without an async provider client")

@@ -1,15 +1,20 @@
 """The invocation engine: accept (tx) → call the provider (no tx) → settle or release (tx).
 
-Used by the invoke route (synchronously) and by the worker loops. Nothing here keeps state in
-memory that another process needs: every decision is read from, and written to, the database,
-and every transition is conditional on holding the row's lease.
+Async end to end (issue 20): every read and write is a plan (`mercato.db.plans`) run on the
+Runtime's async database (`runtime.adb`), the provider is called with the Runtime's async
+provider client (`runtime.async_provider_client()`), and waiting is `await runtime.asleep(…)`.
+Used by the invoke route (on the event loop, no thread-pool hop) and by the worker loops; the
+plans are the same functions the sync callers (CLI, tests) run on a Session.
+
+Nothing here keeps state in memory that another process needs: every decision is read from,
+and written to, the database, and every transition is conditional on holding the row's lease.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from random import Random
@@ -19,14 +24,13 @@ import orjson
 from jsonschema import validators
 from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.orm import Session
 
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core.errors import MercatoError
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
+from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
-from mercato.dispatch.client import ProviderClient
 from mercato.dispatch.outcomes import Classified, classify
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import (
@@ -106,25 +110,28 @@ def max_sends(runtime: Runtime) -> int:
     return 1 + runtime.settings.redispatch_attempts
 
 
-def in_transaction(
-    runtime: Runtime, work: Callable[[Session], T], *, one_statement: bool = False
+async def in_transaction(
+    runtime: Runtime,
+    work: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    one_statement: bool = False,
 ) -> T:
     """Run `work` in one transaction, again from scratch if PostgreSQL picked it as the victim
     of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe).
 
     `one_statement`: `work` runs a single statement on PostgreSQL (a money program, one
-    data-modifying CTE), so it runs in `Database.statement()`, atomic without BEGIN and COMMIT
+    data-modifying CTE), so it runs in `adb.statement()`, atomic without BEGIN and COMMIT
     (decisions 0191, 0240); on SQLite that is an ordinary transaction."""
-    db = runtime.db
+    adb = runtime.adb
     for attempt in range(1, _TX_ATTEMPTS + 1):
         try:
-            with db.statement() if one_statement else db.transaction() as session:
-                return work(session)
+            async with adb.statement() if one_statement else adb.transaction() as conn:
+                return await work(conn)
         except OperationalError as exc:
             state = getattr(exc.orig, "sqlstate", None)
             if state not in _RETRY_SQLSTATES or attempt == _TX_ATTEMPTS:
                 raise
-            runtime.sleep(runtime.random.random() * 0.05 * attempt)
+            await runtime.asleep(runtime.random.random() * 0.05 * attempt)
     raise AssertionError("unreachable")
 
 
@@ -200,15 +207,18 @@ _TARGET_COLUMNS = slice(
 )
 
 
-def _facts(
-    session: Session, request: InvokeRequest, settings: Settings
-) -> tuple[catalog.InvocableVersion, DispatchTarget, Policy]:
+@query
+def facts(
+    *, request: InvokeRequest, settings: Settings
+) -> Plan[tuple[catalog.InvocableVersion, DispatchTarget, Policy]]:
+    """The exact version (with its holds), its connection's dispatch target and the caller's
+    own quota policy, in one round trip."""
     params = catalog.invocable_version_params(
         service_code=request.service_code, version=request.version
     )
     row = None
     if params is not None:
-        row = session.execute(_FACTS, {**params, "account_id": request.account_id}).first()
+        row = first((yield Rows(_FACTS, {**params, "account_id": request.account_id})))
     values = None if row is None else tuple(row)
     version = catalog.invocable_version_of(
         values, service_code=request.service_code, version=request.version
@@ -245,41 +255,50 @@ class Prepared:
     policy: Policy
 
 
-def invoke(runtime: Runtime, client: ProviderClient, request: InvokeRequest) -> InvokeResult:
+async def invoke(runtime: Runtime, request: InvokeRequest) -> InvokeResult:
     """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
-    with runtime.db.read() as session:
-        prepared = prepare(runtime, session, request)
+    async with runtime.adb.read() as conn:
+        prepared = await prepare(runtime, conn, request)
     if isinstance(prepared, InvokeResult):
         return prepared
-    return run(runtime, client, prepared)
+    return await run(runtime, prepared)
 
 
-def prepare(runtime: Runtime, session: Session, request: InvokeRequest) -> InvokeResult | Prepared:
-    """The reads of an invoke, in the caller's read session: the answer of a replay, or what a
-    fresh call needs (`run` it after the session is closed: no call holds a read open)."""
+async def prepare(
+    runtime: Runtime, conn: AsyncConnection, request: InvokeRequest
+) -> InvokeResult | Prepared:
+    """The reads of an invoke, on the caller's read connection: the answer of a replay, or
+    what a fresh call needs (`run` it after the read is closed: no call holds a read open)."""
+    return await prepare_plan.aio(conn, runtime, request)
+
+
+@query
+def prepare_plan(runtime: Runtime, request: InvokeRequest) -> Plan[InvokeResult | Prepared]:
+    """`prepare`, written once (a route may run it inside its own read, as the invoke route
+    does after authenticating the caller on the same connection)."""
     settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
     )
-    existing = invocations.find_by_key(
-        session, account_id=request.account_id, idempotency_key=request.idempotency_key
+    existing = yield from invocations.find_by_key.plan(
+        account_id=request.account_id, idempotency_key=request.idempotency_key
     )
     if existing is not None:
         now = runtime.clock.now()
         replay = _replay(existing, fingerprint, now)
         # A replay takes nothing; its RateLimit headers show the window as it stands, read in
-        # this same session.
-        current = quotas.current_status(
-            session, account_id=request.account_id, settings=settings, now=now
+        # this same read.
+        current = yield from quotas.current_status.plan(
+            account_id=request.account_id, settings=settings, now=now
         )
         return replace(replay, quota=current)
-    version, target, policy = _facts(session, request, settings)
+    version, target, policy = yield from facts.plan(request=request, settings=settings)
     return Prepared(request, fingerprint, version, target, policy)
 
 
-def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeResult:
+async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     """A fresh call `prepare` read: check, accept, send, conclude."""
-    db = runtime.db
+    adb = runtime.adb
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
     if not target.approved:
@@ -290,9 +309,9 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
     owner = runtime.ids.new("lease")
     now = runtime.clock.now()
 
-    def accept(session: Session) -> QuotaStatus:
-        return invocations.accept(
-            session,
+    async def accept(conn: AsyncConnection) -> QuotaStatus:
+        return await invocations.accept.aio(
+            conn,
             invocation_id=invocation_id,
             account_id=request.account_id,
             channel=request.channel,
@@ -310,14 +329,14 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
 
     runtime.failpoints.hit(BEFORE_ACCEPT)
     try:
-        quota = in_transaction(runtime, accept, one_statement=True)
+        quota = await in_transaction(runtime, accept, one_statement=True)
     except (IntegrityError, InsufficientPoints, RateLimitExceeded):
         # A concurrent request with the same key was accepted first: answer as its replay. Its
         # reservation or quota slot may be what refused ours (reserve runs before the insert
         # hits the key's unique constraint), so a refusal is only final when there is no twin.
-        with db.read() as session:
-            twin = invocations.find_by_key(
-                session, account_id=request.account_id, idempotency_key=request.idempotency_key
+        async with adb.read() as conn:
+            twin = await invocations.find_by_key.aio(
+                conn, account_id=request.account_id, idempotency_key=request.idempotency_key
             )
         if twin is None:
             raise
@@ -335,19 +354,18 @@ def run(runtime: Runtime, client: ProviderClient, prepared: Prepared) -> InvokeR
         sends=1,
         reconciliations=0,
     )
-    view = send_and_conclude(runtime, client, target, job, owner, synchronous=True)
+    view = await send_and_conclude(runtime, target, job, owner, synchronous=True)
     if view is None:  # another process took over; answer with what the database says now
-        with db.read() as session:
-            view = invocations.get_view(session, invocation_id=invocation_id)
+        async with adb.read() as conn:
+            view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
     return InvokeResult(view=view, quota=quota, replay=False)
 
 
 # --- shared by the request and the worker ------------------------------------------------
 
 
-def send_and_conclude(
+async def send_and_conclude(
     runtime: Runtime,
-    client: ProviderClient,
     target: DispatchTarget,
     job: Job,
     owner: str,
@@ -360,9 +378,10 @@ def send_and_conclude(
     the synchronous path, else parked in RETRY_WAIT for the worker. Returns the invocation as
     the deciding transaction left it (None when the lease was lost to another process).
     """
+    client = runtime.async_provider_client()
     sends = job.sends
     while True:
-        answer = client.execute(
+        answer = await client.execute(
             target,
             idempotency_key=job.provider_key,
             payload_bytes=job.payload,
@@ -372,15 +391,17 @@ def send_and_conclude(
         runtime.failpoints.hit(AFTER_SEND)
         classified = classify(answer)
         if classified.outcome is not Outcome.RETRYABLE_BEFORE_ACCEPT:
-            return conclude(runtime, job, owner, classified)
+            return await conclude(runtime, job, owner, classified)
         if sends >= max_sends(runtime):
-            return _fail(runtime, job, owner, UNAVAILABLE, None)
+            return await _fail(runtime, job, owner, UNAVAILABLE, None)
         if not synchronous:
-            return _park(runtime, job, owner, State.RETRY_WAIT, sends, "retryable_before_accept")
-        runtime.sleep(_backoff(runtime.random, _SYNC_BACKOFF_BASE, _SYNC_BACKOFF_CAP, sends))
-        with runtime.db.transaction() as session:
-            counted = invocations.record_send(
-                session,
+            return await _park(
+                runtime, job, owner, State.RETRY_WAIT, sends, "retryable_before_accept"
+            )
+        await runtime.asleep(_backoff(runtime.random, _SYNC_BACKOFF_BASE, _SYNC_BACKOFF_CAP, sends))
+        async with runtime.adb.transaction() as conn:
+            counted = await invocations.record_send.aio(
+                conn,
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
                 lease_seconds=lease_seconds(runtime),
@@ -404,7 +425,32 @@ def is_stuck(runtime: Runtime, job: Job) -> bool:
     return age >= settings.stuck_after_seconds
 
 
-def _park(
+@query
+def _parked(
+    *,
+    invocation_id: str,
+    lease_owner: str,
+    state: State,
+    next_attempt_at: dt.datetime,
+    reason: str,
+    now: dt.datetime,
+    stuck: bool,
+) -> Plan[InvocationView | None]:
+    parked = yield from invocations.schedule.plan(
+        invocation_id=invocation_id,
+        lease_owner=lease_owner,
+        state=state,
+        next_attempt_at=next_attempt_at,
+        reason=reason,
+        now=now,
+        stuck=stuck,
+    )
+    if not parked:
+        return None
+    return (yield from invocations.get_view.plan(invocation_id=invocation_id))
+
+
+async def _park(
     runtime: Runtime, job: Job, owner: str, state: State, attempt: int, reason: str
 ) -> InvocationView | None:
     stuck = state is State.RECONCILING and is_stuck(runtime, job)
@@ -414,9 +460,9 @@ def _park(
         delay = _backoff(runtime.random, _RECONCILE_BACKOFF_CAP, _RECONCILE_BACKOFF_CAP, 1)
     else:
         delay = _backoff(runtime.random, _RECONCILE_BACKOFF_BASE, _RECONCILE_BACKOFF_CAP, attempt)
-    with runtime.db.transaction() as session:
-        parked = invocations.schedule(
-            session,
+    async with runtime.adb.transaction() as conn:
+        return await _parked.aio(
+            conn,
             invocation_id=job.invocation_id,
             lease_owner=owner,
             state=state,
@@ -425,17 +471,16 @@ def _park(
             now=runtime.clock.now(),
             stuck=stuck,
         )
-        return invocations.get_view(session, invocation_id=job.invocation_id) if parked else None
 
 
-def _fail(
+async def _fail(
     runtime: Runtime, job: Job, owner: str, error_code: str, provider_http_status: int | None
 ) -> InvocationView | None:
 
-    def finish(session: Session) -> InvocationView | None:
+    async def finish(conn: AsyncConnection) -> InvocationView | None:
         runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the release has been sent yet
-        return invocations.finish_failure(
-            session,
+        return await invocations.finish_failure.aio(
+            conn,
             invocation_id=job.invocation_id,
             lease_owner=owner,
             error_code=error_code,
@@ -443,7 +488,7 @@ def _fail(
             now=runtime.clock.now(),
         )
 
-    return in_transaction(runtime, finish, one_statement=True)
+    return await in_transaction(runtime, finish, one_statement=True)
 
 
 def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -456,7 +501,7 @@ def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]
     return list(entries), True
 
 
-def conclude(
+async def conclude(
     runtime: Runtime, job: Job, owner: str, classified: Classified
 ) -> InvocationView | None:
     """Settle, release or park for reconciliation according to a classified answer."""
@@ -468,12 +513,12 @@ def conclude(
         if valid and job.has_artifact_contract:
             manifest, valid = _valid_manifest(result)
         if not valid:
-            return _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
+            return await _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
-        def finish(session: Session) -> InvocationView | None:
+        async def finish(conn: AsyncConnection) -> InvocationView | None:
             runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the settlement has been sent yet
-            return invocations.finish_success(
-                session,
+            return await invocations.finish_success.aio(
+                conn,
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
                 result=orjson.dumps(result),
@@ -482,46 +527,52 @@ def conclude(
             )
 
         single = invocations.settles_in_one_statement(manifest)
-        return in_transaction(runtime, finish, one_statement=single)
+        return await in_transaction(runtime, finish, one_statement=single)
     if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:
         assert envelope.error_code is not None
-        return _fail(runtime, job, owner, envelope.error_code, envelope.http_status)
+        return await _fail(runtime, job, owner, envelope.error_code, envelope.http_status)
     # UNKNOWN_OUTCOME (or anything else): never resend; only reconciliation may decide.
-    return _park(runtime, job, owner, State.RECONCILING, job.reconciliations + 1, classified.reason)
+    return await _park(
+        runtime, job, owner, State.RECONCILING, job.reconciliations + 1, classified.reason
+    )
 
 
 # --- worker steps ------------------------------------------------------------------------
 
 
-def _target(runtime: Runtime, job: Job) -> DispatchTarget:
-    with runtime.db.read() as session:
-        return providers.get_dispatch_target(
-            session, connection_id=job.connection_id, settings=runtime.settings
+async def _load_job(runtime: Runtime, invocation_id: str) -> Job:
+    async with runtime.adb.read() as conn:
+        return await invocations.load_job.aio(conn, invocation_id=invocation_id)
+
+
+async def _target(runtime: Runtime, job: Job) -> DispatchTarget:
+    async with runtime.adb.read() as conn:
+        return await providers.dispatch_target.aio(
+            conn, connection_id=job.connection_id, settings=runtime.settings
         )
 
 
-def redispatch(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+async def redispatch(runtime: Runtime, invocation_id: str, owner: str) -> None:
     """Send a RETRY_WAIT invocation again: same provider key, same stored bytes."""
-    with runtime.db.read() as session:
-        job = invocations.load_job(session, invocation_id=invocation_id)
+    job = await _load_job(runtime, invocation_id)
     if job.sends >= max_sends(runtime):
-        _fail(runtime, job, owner, UNAVAILABLE, None)
+        await _fail(runtime, job, owner, UNAVAILABLE, None)
         return
-    _count_and_send(runtime, client, job, owner)
+    await _count_and_send(runtime, job, owner)
 
 
-def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: str) -> None:
-    target = _target(runtime, job)
+async def _count_and_send(runtime: Runtime, job: Job, owner: str) -> None:
+    target = await _target(runtime, job)
     if not target.approved:
         # The connection changed (or lost approval) since the call was accepted: nothing is
         # ever sent to a connection that has not passed review. The provider has proven it
         # never accepted this key, so the call fails uncharged, as a refused send would
         # (decision 0188). Reconciliation, which sends no payload, still asks it.
-        _fail(runtime, job, owner, UNAVAILABLE, None)
+        await _fail(runtime, job, owner, UNAVAILABLE, None)
         return
-    with runtime.db.transaction() as session:
-        sends = invocations.record_send(
-            session,
+    async with runtime.adb.transaction() as conn:
+        sends = await invocations.record_send.aio(
+            conn,
             invocation_id=job.invocation_id,
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
@@ -531,14 +582,14 @@ def _count_and_send(runtime: Runtime, client: ProviderClient, job: Job, owner: s
     if sends is None:
         return
     counted = replace(job, sends=sends, state=State.DISPATCHING.value)
-    send_and_conclude(runtime, client, target, counted, owner, synchronous=False)
+    await send_and_conclude(runtime, target, counted, owner, synchronous=False)
 
 
-def _where_sent(runtime: Runtime, job: Job) -> DispatchTarget | None:
+async def _where_sent(runtime: Runtime, job: Job) -> DispatchTarget | None:
     """Where to reconcile: the address the latest send went to, with the credential it
     carried (decision 0200). None when that credential is no longer known: the current one
     never goes to an address the connection has left, and no other address can tell."""
-    current = _target(runtime, job)
+    current = await _target(runtime, job)
     sent = job.address
     if sent is None or sent.base_url == current.base_url:
         return current  # the same address (a credential rotated there stays with it)
@@ -549,27 +600,27 @@ def _where_sent(runtime: Runtime, job: Job) -> DispatchTarget | None:
     return None
 
 
-def reconcile(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+async def reconcile(runtime: Runtime, invocation_id: str, owner: str) -> None:
     """Ask the provider what happened to a call whose outcome is unknown (or was in flight).
 
     Only the address that received the latest send is asked, and only its RETRYABLE_BEFORE_
     ACCEPT, the provider's proof that it never accepted the key, allows sending again, within
     the same bound as any redispatch.
     """
-    with runtime.db.read() as session:
-        job = invocations.load_job(session, invocation_id=invocation_id)
-    target = _where_sent(runtime, job)
-    with runtime.db.transaction() as session:
-        if not invocations.record_reconciliation(
-            session, invocation_id=invocation_id, lease_owner=owner, now=runtime.clock.now()
-        ):
-            return
+    job = await _load_job(runtime, invocation_id)
+    target = await _where_sent(runtime, job)
+    async with runtime.adb.transaction() as conn:
+        counted = await invocations.record_reconciliation.aio(
+            conn, invocation_id=invocation_id, lease_owner=owner, now=runtime.clock.now()
+        )
+    if not counted:
+        return
     job = replace(job, reconciliations=job.reconciliations + 1)
     if target is None:
         reason = "original_address_credential_unknown"
-        _park(runtime, job, owner, State.RECONCILING, job.reconciliations, reason)
+        await _park(runtime, job, owner, State.RECONCILING, job.reconciliations, reason)
         return
-    answer = client.reconcile(
+    answer = await runtime.async_provider_client().reconcile(
         target,
         idempotency_key=job.provider_key,
         response_max_bytes=job.response_max_bytes,
@@ -578,19 +629,18 @@ def reconcile(runtime: Runtime, client: ProviderClient, invocation_id: str, owne
     classified = classify(answer)
     if classified.outcome is Outcome.RETRYABLE_BEFORE_ACCEPT:
         if job.sends >= max_sends(runtime):
-            _fail(runtime, job, owner, UNAVAILABLE, None)
+            await _fail(runtime, job, owner, UNAVAILABLE, None)
         else:
-            _count_and_send(runtime, client, job, owner)
+            await _count_and_send(runtime, job, owner)
         return
-    conclude(runtime, job, owner, classified)
+    await conclude(runtime, job, owner, classified)
 
 
-def work_stuck(runtime: Runtime, client: ProviderClient, invocation_id: str, owner: str) -> None:
+async def work_stuck(runtime: Runtime, invocation_id: str, owner: str) -> None:
     """One step for a stuck call (the worker's stuck lane): send again what the provider
     proved it never accepted, else reconcile."""
-    with runtime.db.read() as session:
-        state = invocations.load_job(session, invocation_id=invocation_id).state
+    state = (await _load_job(runtime, invocation_id)).state
     if state == State.RETRY_WAIT:
-        redispatch(runtime, client, invocation_id, owner)
+        await redispatch(runtime, invocation_id, owner)
     else:
-        reconcile(runtime, client, invocation_id, owner)
+        await reconcile(runtime, invocation_id, owner)

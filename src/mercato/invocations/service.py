@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import ColumnElement, Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from mercato.artifacts import service as artifact_service
@@ -24,6 +24,7 @@ from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
 from mercato.db import guarded
+from mercato.db.plans import Plan, Rows, Run, first, query
 from mercato.invocations import money
 from mercato.invocations.errors import (
     IdempotencyKeyInvalid,
@@ -96,18 +97,18 @@ def fingerprint_of(*, service_code: str, version: str, body: bytes) -> str:
 # --- reads -------------------------------------------------------------------------------
 
 
-def find_by_key(
-    session: Session, *, account_id: str, idempotency_key: str
-) -> InvocationView | None:
+@query
+def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView | None]:
     """The account's invocation for this Idempotency-Key, if any."""
-    row = session.execute(
-        _FIND_BY_KEY, {"account_id": account_id, "idempotency_key": idempotency_key}
-    ).first()
+    row = first(
+        (yield Rows(_FIND_BY_KEY, {"account_id": account_id, "idempotency_key": idempotency_key}))
+    )
     return None if row is None else _view(row)
 
 
-def get_view(session: Session, *, invocation_id: str) -> InvocationView:
-    row = session.execute(_GET_VIEW, {"id": invocation_id}).first()
+@query
+def get_view(*, invocation_id: str) -> Plan[InvocationView]:
+    row = first((yield Rows(_GET_VIEW, {"id": invocation_id})))
     if row is None:
         raise InvocationNotFound()
     return _view(row)
@@ -162,8 +163,8 @@ def list_for_owner(
 # --- acceptance --------------------------------------------------------------------------
 
 
+@query
 def accept(
-    session: Session,
     *,
     invocation_id: str,
     account_id: str,
@@ -178,7 +179,7 @@ def accept(
     lease_seconds: float,
     now: dt.datetime,
     request_id: str | None = None,
-) -> QuotaStatus:
+) -> Plan[QuotaStatus]:
     """Accept one call intent: invocation row + its first attempt's address + reservation +
     quota slot, all or nothing.
 
@@ -235,7 +236,7 @@ def accept(
         quota_limit=quota["limit"],
     )
     try:
-        accepted = guarded.run(session, money.ACCEPT, params)
+        accepted = yield Run(money.ACCEPT, params)
     except guarded.Refused as refused:
         if refused.code == quotas.EXHAUSTED:
             raise quotas.slot_refused(policy, now) from None
@@ -266,30 +267,34 @@ class Job:
     address: Address | None = None  # where the latest send went (None: not recorded)
 
 
-def load_job(session: Session, *, invocation_id: str) -> Job:
+_LATEST_ATTEMPT = (_a.invocation_id == _c.id) & (_a.attempt == _c.sends)
+_LOAD_JOB = (
+    select(
+        _c.id,
+        _c.state,
+        _c.connection_id,
+        _c.provider_key,
+        _c.payload,
+        _c.response_max_bytes,
+        _c.result_schema,
+        _c.has_artifact_contract,
+        _c.sends,
+        _c.reconciliations,
+        _c.created_at,
+        _c.stuck_at.is_not(None),
+        _a.connection_revision,
+        _a.base_url,
+        _a.credential_digest,
+    )
+    .select_from(_t.outerjoin(_attempts, _LATEST_ATTEMPT))
+    .where(_c.id == bindparam("id"))
+)
+
+
+@query
+def load_job(*, invocation_id: str) -> Plan[Job]:
     """The invocation's work item, with the address its latest send went to."""
-    latest = (_a.invocation_id == _c.id) & (_a.attempt == _c.sends)
-    row = session.execute(
-        select(
-            _c.id,
-            _c.state,
-            _c.connection_id,
-            _c.provider_key,
-            _c.payload,
-            _c.response_max_bytes,
-            _c.result_schema,
-            _c.has_artifact_contract,
-            _c.sends,
-            _c.reconciliations,
-            _c.created_at,
-            _c.stuck_at.is_not(None),
-            _a.connection_revision,
-            _a.base_url,
-            _a.credential_digest,
-        )
-        .select_from(_t.outerjoin(_attempts, latest))
-        .where(_c.id == invocation_id)
-    ).first()
+    row = first((yield Rows(_LOAD_JOB, {"id": invocation_id})))
     if row is None:
         raise InvocationNotFound()
     revision, base_url, digest = row[12:]
@@ -312,75 +317,121 @@ def address_of(target: DispatchTarget, settings: Settings) -> Address:
     )
 
 
-def _record_attempt(
-    session: Session, invocation_id: str, attempt: int, address: Address, now: dt.datetime
-) -> None:
-    session.execute(
-        _attempts.insert(),
-        {
-            "invocation_id": invocation_id,
-            "attempt": attempt,
-            "connection_revision": address.connection_revision,
-            "base_url": address.base_url,
-            "credential_digest": address.credential_digest,
-            "sent_at": now,
-        },
-    )
+def _states_in(states: Sequence[State]) -> ColumnElement[bool]:
+    """`state` is one of `states`, spelled without an expanding IN (each value its own bound
+    parameter, fixed when the statement is built), so every driver runs it as compiled."""
+    return or_(*(_c.state == state.value for state in states))
+
+
+def _p(name: str, column: Any) -> Any:
+    """A bind parameter named `p_<name>` of `column`'s type (never a column's own name: an
+    UPDATE would take it as a SET value)."""
+    return bindparam(f"p_{name}", type_=column.type)
 
 
 def _held(invocation_id: Any, lease_owner: Any) -> Any:
     """Still active and leased by `lease_owner` (values, or bind parameters)."""
-    return (
-        (_c.id == invocation_id)
-        & (_c.lease_owner == lease_owner)
-        & _c.state.in_([s.value for s in ACTIVE_STATES])
+    return (_c.id == invocation_id) & (_c.lease_owner == lease_owner) & _states_in(ACTIVE_STATES)
+
+
+_HELD = _held(_p("id", _c.id), _p("lease_owner", _c.lease_owner))
+_RECORD_SEND = (
+    update(_t)
+    .where(_HELD)
+    .values(
+        state=State.DISPATCHING.value,
+        sends=_c.sends + 1,
+        lease_expires_at=_p("lease_expires_at", _c.lease_expires_at),
+        next_attempt_at=_p("now", _c.next_attempt_at),
+        updated_at=_p("now", _c.updated_at),
     )
+    .returning(_c.sends)
+)
+_RECORD_ATTEMPT = _attempts.insert()
 
 
+@query
 def record_send(
-    session: Session,
     *,
     invocation_id: str,
     lease_owner: str,
     lease_seconds: float,
     address: Address,
     now: dt.datetime,
-) -> int | None:
+) -> Plan[int | None]:
     """Count one more send and record where it goes, before making it, and renew the lease;
     None if the lease was lost."""
-    stmt = (
-        update(_t)
-        .where(_held(invocation_id, lease_owner))
-        .values(
-            state=State.DISPATCHING.value,
-            sends=_c.sends + 1,
-            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
-            next_attempt_at=now,
-            updated_at=now,
+    row = first(
+        (
+            yield Rows(
+                _RECORD_SEND,
+                {
+                    "p_id": invocation_id,
+                    "p_lease_owner": lease_owner,
+                    "p_lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+                    "p_now": now,
+                },
+            )
         )
-        .returning(_c.sends)
     )
-    sends: int | None = session.execute(stmt).scalar_one_or_none()
-    if sends is not None:
-        _record_attempt(session, invocation_id, sends, address, now)
+    if row is None:
+        return None
+    sends = int(row[0])
+    yield Rows(
+        _RECORD_ATTEMPT,
+        {
+            "invocation_id": invocation_id,
+            "attempt": sends,
+            "connection_revision": address.connection_revision,
+            "base_url": address.base_url,
+            "credential_digest": address.credential_digest,
+            "sent_at": now,
+        },
+    )
     return sends
 
 
-def record_reconciliation(
-    session: Session, *, invocation_id: str, lease_owner: str, now: dt.datetime
-) -> bool:
+_RECORD_RECONCILIATION = (
+    update(_t)
+    .where(_HELD)
+    .values(reconciliations=_c.reconciliations + 1, updated_at=_p("now", _c.updated_at))
+    .returning(_c.id)
+)
+
+
+@query
+def record_reconciliation(*, invocation_id: str, lease_owner: str, now: dt.datetime) -> Plan[bool]:
     """Count one reconciliation call before making it; False if the lease was lost."""
-    stmt = (
+    rows = yield Rows(
+        _RECORD_RECONCILIATION, {"p_id": invocation_id, "p_lease_owner": lease_owner, "p_now": now}
+    )
+    return bool(rows)
+
+
+def _schedule_statement(*, stuck: bool) -> Any:
+    now = _p("now", _c.updated_at)
+    marks = {"stuck_at": func.coalesce(_c.stuck_at, _p("now", _c.stuck_at))} if stuck else {}
+    return (
         update(_t)
-        .where(_held(invocation_id, lease_owner))
-        .values(reconciliations=_c.reconciliations + 1, updated_at=now)
+        .where(_HELD)
+        .values(
+            state=_p("state", _c.state),
+            next_attempt_at=_p("next_attempt_at", _c.next_attempt_at),
+            lease_owner=None,
+            lease_expires_at=None,
+            last_reason=_p("reason", _c.last_reason),
+            updated_at=now,
+            **marks,
+        )
         .returning(_c.id)
     )
-    return session.execute(stmt).first() is not None
 
 
+_SCHEDULE = {stuck: _schedule_statement(stuck=stuck) for stuck in (False, True)}
+
+
+@query
 def schedule(
-    session: Session,
     *,
     invocation_id: str,
     lease_owner: str,
@@ -389,30 +440,52 @@ def schedule(
     reason: str,
     now: dt.datetime,
     stuck: bool = False,
-) -> bool:
+) -> Plan[bool]:
     """Park an active invocation in RETRY_WAIT or RECONCILING and give up the lease;
     `stuck` marks it stuck (once: the first time is kept)."""
     assert state in (State.RETRY_WAIT, State.RECONCILING)
-    marks = {"stuck_at": func.coalesce(_c.stuck_at, now)} if stuck else {}
-    stmt = (
-        update(_t)
-        .where(_held(invocation_id, lease_owner))
-        .values(
-            state=state.value,
-            next_attempt_at=next_attempt_at,
-            lease_owner=None,
-            lease_expires_at=None,
-            last_reason=reason[:200],
-            updated_at=now,
-            **marks,
-        )
-        .returning(_c.id)
+    rows = yield Rows(
+        _SCHEDULE[stuck],
+        {
+            "p_id": invocation_id,
+            "p_lease_owner": lease_owner,
+            "p_state": state.value,
+            "p_next_attempt_at": next_attempt_at,
+            "p_reason": reason[:200],
+            "p_now": now,
+        },
     )
-    return session.execute(stmt).first() is not None
+    return bool(rows)
 
 
+def _claim_statement(states: tuple[State, ...], stuck: bool) -> Any:
+    now = _p("now", _c.lease_expires_at)
+    free = (_c.lease_expires_at.is_(None)) | (_c.lease_expires_at <= now)
+    lane = _c.stuck_at.is_not(None) if stuck else _c.stuck_at.is_(None)
+    due = (
+        select(_c.id)
+        .where(_states_in(states), lane, _c.next_attempt_at <= _p("now", _c.next_attempt_at), free)
+        .order_by(_c.next_attempt_at)
+        .limit(bindparam("p_limit"))
+        .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
+    )
+    return (
+        update(_t)
+        .where(_c.id.in_(due.scalar_subquery()), _states_in(states), free)
+        .values(
+            lease_owner=_p("lease_owner", _c.lease_owner),
+            lease_expires_at=_p("lease_expires_at", _c.lease_expires_at),
+            updated_at=_p("now", _c.updated_at),
+        )
+        .returning(_c.id, _c.request_id)
+    )
+
+
+_CLAIMS: dict[tuple[tuple[State, ...], bool], Any] = {}
+
+
+@query
 def claim_due(
-    session: Session,
     *,
     states: tuple[State, ...],
     lease_owner: str,
@@ -420,40 +493,38 @@ def claim_due(
     now: dt.datetime,
     limit: int,
     stuck: bool = False,
-) -> list[tuple[str, str | None]]:
+) -> Plan[list[tuple[str, str | None]]]:
     """Lease up to `limit` due invocations in `states` whose lease is free or expired, from
     one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other. Each
     comes as (invocation id, id of the request that accepted it, if any).
 
-    PostgreSQL: `FOR UPDATE SKIP LOCKED` so concurrent workers pick disjoint rows. SQLite:
-    writers are serialised, and the conditional UPDATE below decides anyway.
+    One statement: an UPDATE of the rows a sub-SELECT picks. PostgreSQL: the sub-SELECT is
+    `FOR UPDATE SKIP LOCKED`, so concurrent workers pick disjoint rows. SQLite: writers are
+    serialised, and the UPDATE's own condition decides anyway.
     """
-    free = (_c.lease_expires_at.is_(None)) | (_c.lease_expires_at <= now)
-    lane = _c.stuck_at.is_not(None) if stuck else _c.stuck_at.is_(None)
-    due = (
-        select(_c.id)
-        .where(_c.state.in_([s.value for s in states]), lane, _c.next_attempt_at <= now, free)
-        .order_by(_c.next_attempt_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
+    key = (tuple(states), stuck)
+    statement = _CLAIMS.get(key)
+    if statement is None:  # a handful of lanes: each built once
+        statement = _CLAIMS.setdefault(key, _claim_statement(*key))
+    rows = yield Rows(
+        statement,
+        {
+            "p_lease_owner": lease_owner,
+            "p_lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+            "p_now": now,
+            "p_limit": limit,
+        },
     )
-    ids = list(session.execute(due).scalars())
-    if not ids:
-        return []
-    claimed = session.execute(
-        update(_t)
-        .where(_c.id.in_(ids), _c.state.in_([s.value for s in states]), free)
-        .values(
-            lease_owner=lease_owner,
-            lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
-            updated_at=now,
-        )
-        .returning(_c.id, _c.request_id)
-    )
-    return [(row[0], row[1]) for row in claimed]
+    return [(row[0], row[1]) for row in rows]
 
 
 # --- terminal transitions (with the ledger, in one transaction) --------------------------
+
+
+def _concluded(done: dict[str, Any] | None) -> InvocationView | None:
+    if done is None:
+        return None
+    return _view([done[f"finish.{column.key}"] for column in _VIEW_COLUMNS])
 
 
 def _conclude(
@@ -465,27 +536,32 @@ def _conclude(
         done = guarded.run(session, program, params)
     except guarded.Refused as refused:
         raise ledger.refusal(refused) from None
-    if done is None:
-        return None
-    return _view([done[f"finish.{column.key}"] for column in _VIEW_COLUMNS])
+    return _concluded(done)
 
 
+def _conclude_plan(program: guarded.Program, params: dict[str, Any]) -> Plan[InvocationView | None]:
+    try:
+        done = yield Run(program, params)
+    except guarded.Refused as refused:
+        raise ledger.refusal(refused) from None
+    return _concluded(done)
+
+
+@query
 def finish_success(
-    session: Session,
     *,
     invocation_id: str,
     lease_owner: str,
     result: bytes,
     artifacts: list[dict[str, Any]] | None,
     now: dt.datetime,
-) -> InvocationView | None:
+) -> Plan[InvocationView | None]:
     """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost.
     Without a manifest to record this is one statement on PostgreSQL (`money.SETTLE`;
     `Database.statement()` runs it without BEGIN or COMMIT)."""
-    view = _conclude(
-        session,
+    view = yield from _conclude_plan(
         money.SETTLE,
         {
             "id": invocation_id,
@@ -500,7 +576,9 @@ def finish_success(
         },
     )
     if view is not None and view.has_artifact_contract and artifacts:
-        _record_manifest(session, invocation_id, artifacts, now)
+        yield from artifact_service.record_manifest.plan(
+            invocation_id=invocation_id, entries=artifacts, now=now
+        )
     return view
 
 
@@ -510,39 +588,34 @@ def settles_in_one_statement(artifacts: list[dict[str, Any]] | None) -> bool:
     return not artifacts
 
 
-def _record_manifest(
-    session: Session, invocation_id: str, entries: list[dict[str, Any]], now: dt.datetime
-) -> None:
-    artifact_service.record_manifest(session, invocation_id=invocation_id, entries=entries, now=now)
-
-
+@query
 def finish_failure(
-    session: Session,
     *,
     invocation_id: str,
     lease_owner: str,
     error_code: str,
     provider_http_status: int | None,
     now: dt.datetime,
-) -> InvocationView | None:
+) -> Plan[InvocationView | None]:
     """FAILED (defined failure or platform-side): release the reservation; once only. One
     statement on PostgreSQL (`money.RELEASE`).
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost."""
-    return _conclude(
-        session,
-        money.RELEASE,
-        {
-            "id": invocation_id,
-            "lease_owner": lease_owner,
-            "set_state": State.FAILED.value,
-            "set_settlement": Settlement.RELEASED.value,
-            "set_error_code": error_code,
-            "set_provider_http_status": provider_http_status,
-            "set_settled_at": now,
-            "set_updated_at": now,
-            "now": now,
-        },
+    return (
+        yield from _conclude_plan(
+            money.RELEASE,
+            {
+                "id": invocation_id,
+                "lease_owner": lease_owner,
+                "set_state": State.FAILED.value,
+                "set_settlement": Settlement.RELEASED.value,
+                "set_error_code": error_code,
+                "set_provider_http_status": provider_http_status,
+                "set_settled_at": now,
+                "set_updated_at": now,
+                "now": now,
+            },
+        )
     )
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from mercato.core.ids import new_id
+from mercato.db.plans import Plan, Rows, first, query
 from mercato.providers.addresses import check_base_url
 from mercato.providers.errors import (
     ConformanceNotPassed,
@@ -232,8 +233,15 @@ def update_connection(
 def get_dispatch_target(
     session: Session, *, connection_id: str, settings: Settings
 ) -> DispatchTarget:
+    """Return where and how to call the connection, with the credential decrypted (the plan
+    `dispatch_target` on a sync session)."""
+    return dispatch_target(session, connection_id=connection_id, settings=settings)
+
+
+@query
+def dispatch_target(*, connection_id: str, settings: Settings) -> Plan[DispatchTarget]:
     """Return where and how to call the connection, with the credential decrypted."""
-    row = session.execute(_DISPATCH_TARGET, {"id": connection_id}).first()
+    row = first((yield Rows(_DISPATCH_TARGET, {"id": connection_id})))
     if row is None:
         raise ConnectionNotFound()
     return dispatch_target_of(tuple(row), settings)

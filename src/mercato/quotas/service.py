@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from mercato.db import guarded
 from mercato.db.guarded import Empty, Expr, Program, Refs, Step, inline, insert_select, param
+from mercato.db.plans import Plan, Rows, first, query
 from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
 from mercato.quotas.models import QuotaOverride, QuotaWindow
 from mercato.quotas.schemas import Policy, QuotaStatus
@@ -54,9 +55,10 @@ def default_policy(settings: Any) -> Policy:
     )
 
 
-def policy_for(session: Session, *, account_id: str, default: Policy) -> Policy:
+@query
+def policy_for(*, account_id: str, default: Policy) -> Plan[Policy]:
     """Return the account's own policy, else `default`."""
-    row = session.execute(_POLICY_OF, {"account_id": account_id}).first()
+    row = first((yield Rows(_POLICY_OF, {"account_id": account_id})))
     return default if row is None else policy_of(tuple(row), default)
 
 
@@ -109,21 +111,21 @@ def _status(policy: Policy, start: int, accepted: int, now: dt.datetime) -> Quot
     return QuotaStatus(policy.name, policy.limit, policy.window_seconds, accepted, reset, now)
 
 
-def status(session: Session, *, account_id: str, policy: Policy, now: dt.datetime) -> QuotaStatus:
+@query
+def status(*, account_id: str, policy: Policy, now: dt.datetime) -> Plan[QuotaStatus]:
     """Read the account's current window without taking anything."""
     start = _window_start(policy, now)
-    row = session.execute(_WINDOW_OF, {"account_id": account_id, "policy": policy.name}).first()
+    row = first((yield Rows(_WINDOW_OF, {"account_id": account_id, "policy": policy.name})))
     accepted = row[1] if row is not None and row[0] == start else 0
     return _status(policy, start, accepted, now)
 
 
-def current_status(
-    session: Session, *, account_id: str, settings: Any, now: dt.datetime
-) -> QuotaStatus:
+@query
+def current_status(*, account_id: str, settings: Any, now: dt.datetime) -> Plan[QuotaStatus]:
     """The account's current window under its own policy (else the default), taking nothing:
     what the RateLimit headers, `/v1/rate-limit` and the account page show."""
-    policy = policy_for(session, account_id=account_id, default=default_policy(settings))
-    return status(session, account_id=account_id, policy=policy, now=now)
+    policy = yield from policy_for.plan(account_id=account_id, default=default_policy(settings))
+    return (yield from status.plan(account_id=account_id, policy=policy, now=now))
 
 
 # The slot, written once for both stores (`mercato.db.guarded`): one upsert. A new window

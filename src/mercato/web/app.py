@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mercato.db.runtime import Runtime
-from mercato.dispatch.observed import ObservedProviderClient
+from mercato.dispatch.observed import AsyncObservedProviderClient, ObservedProviderClient
+from mercato.dispatch.port import PerLoopProvider
 from mercato.web import observe, openapi, pages, problems
 from mercato.web.api import routers
 from mercato.web.edge import EdgeChecks
@@ -16,9 +20,31 @@ from mercato.web.limits import BodyLimit
 def create_app(runtime: Runtime) -> FastAPI:
     """Build the app around its Runtime, the process's composition root (db/runtime.py).
 
-    A runtime built without a provider client gets the observed one here, once.
+    A runtime built without a provider client gets the observed one here, once. One without
+    an async provider client (the invoke path's) gets the observed async one: made at start-up
+    on the serving loop (an aiohttp session belongs to the loop it was opened on), reused by
+    every call, closed at shutdown (`mercato.dispatch.port.PerLoopProvider`). A client the
+    runtime already carries belongs to whoever built it, who closes it.
     """
-    app = FastAPI(title="Mercato", version="1.0.0", docs_url=None, redoc_url=None)
+    owned: PerLoopProvider | None = None
+    if runtime.async_provider is None:
+        settings = runtime.settings
+        owned = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
+        runtime.async_provider = owned
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if owned is not None:
+            owned.open()
+        try:
+            yield
+        finally:
+            if owned is not None:
+                await owned.aclose()
+
+    app = FastAPI(
+        title="Mercato", version="1.0.0", docs_url=None, redoc_url=None, lifespan=lifespan
+    )
     app.state.runtime = runtime.ensure_provider(ObservedProviderClient)
     problems.install(app)
     for router in routers():

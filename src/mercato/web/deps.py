@@ -9,6 +9,7 @@ from mercato.accounts import service as accounts
 from mercato.accounts.errors import SessionRequired, StaffRequired
 from mercato.accounts.schemas import Principal
 from mercato.core.errors import Unauthenticated
+from mercato.db.plans import AsyncConnection
 from mercato.db.runtime import Runtime
 
 _MAX_CREDENTIAL_LENGTH = 512
@@ -57,6 +58,27 @@ def principal_in(request: Request, session: Session, token: str) -> Principal:
     elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
         principal = accounts.resolve_access_token(
             session, token=token, settings=runtime.settings, now=now
+        )
+    else:
+        raise Unauthenticated("The credential is not valid.")
+    request.state.principal = principal
+    return principal
+
+
+async def principal_on(request: Request, conn: AsyncConnection, token: str) -> Principal:
+    """`principal_in` on the event loop: the caller of `token` read on the route's own async
+    read `conn` (the invoke route authenticates and reads the call's facts in one read); an
+    API key's last use, when due, is recorded in a transaction of its own."""
+    runtime = runtime_of(request)
+    now = runtime.clock.now()
+    if token.startswith(accounts.API_KEY_PREFIX):
+        principal, last_used_at = await accounts.lookup_api_key.aio(conn, api_key=token)
+        if accounts.touch_due(last_used_at, now):
+            async with runtime.adb.transaction() as write:
+                await accounts.touch_api_key.aio(write, key_id=principal.key_id or "", now=now)
+    elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
+        principal = await accounts.resolve_access_token.aio(
+            conn, token=token, settings=runtime.settings, now=now
         )
     else:
         raise Unauthenticated("The credential is not valid.")

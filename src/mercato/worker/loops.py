@@ -11,13 +11,18 @@ reconciliation of any other call. `run_forever` runs the two lanes in separate t
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
+from mercato.dispatch.observed import AsyncObservedProviderClient
+from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import ACTIVE_STATES, State
@@ -28,7 +33,43 @@ log = logging.getLogger("mercato.worker")
 
 BATCH = 20
 
-Step = Callable[[Runtime, ProviderClient, str, str], None]
+Step = Callable[[Runtime, str, str], Awaitable[None]]
+
+
+# --- TEMPORARY ADAPTER (h2): the flows are async; this sync worker runs each step on an event
+# loop of its own, with an async provider client made on that loop and closed with it. h3's
+# async worker replaces this whole module; remove the adapter then.
+def _run_step(runtime: Runtime, step: Step, invocation_id: str, owner: str) -> None:
+    if runtime.async_provider is None:
+        settings = runtime.settings
+        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
+    provider = runtime.async_provider
+
+    async def one_step() -> None:
+        try:
+            await step(runtime, invocation_id, owner)
+        finally:
+            if isinstance(provider, PerLoopProvider):
+                await provider.aclose()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(one_step())
+        return
+    outcome: dict[str, Any] = {}  # this thread carries a loop already: use a fresh thread
+
+    def target() -> None:
+        try:
+            asyncio.run(one_step())
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="worker-step")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def _drain(
@@ -60,7 +101,7 @@ def _drain(
         # Every line of this step names the call and the request that accepted it (0276).
         with about_invocation(invocation_id, request_id):
             try:
-                step(runtime, client, invocation_id, owner)
+                _run_step(runtime, step, invocation_id, owner)
             except Exception:
                 # The lease expires and another pass retries; nothing was half-committed.
                 log.exception("invocation %s: step failed", invocation_id)

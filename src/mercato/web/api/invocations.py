@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from mercato.accounts.schemas import Principal
@@ -44,14 +43,15 @@ from mercato.web.api.schemas import (
     Receipt,
     ReceiptPage,
 )
-from mercato.web.deps import bearer_token, current_principal, principal_in, runtime_of
+from mercato.web.deps import bearer_token, current_principal, principal_on, runtime_of
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
 
 
 def provider_client(request: Request) -> ProviderClient:
-    """The process's pooled ProviderClient, carried by the app's Runtime."""
+    """The process's pooled sync ProviderClient (artifact pulls, conformance checks), carried
+    by the app's Runtime; the invoke path uses the async one."""
     return runtime_of(request).provider_client()
 
 
@@ -95,57 +95,22 @@ def outcome_response(
     raise error
 
 
-def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
+async def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
     runtime = runtime_of(request)
-    with runtime.db.read() as session:
-        current = quotas.current_status(
-            session, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
+    async with runtime.adb.read() as conn:
+        current = await quotas.current_status.aio(
+            conn, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
         )
     return current.headers()
 
 
-def _invoke_sync(request: Request, service_code: str, version: str, body: bytes) -> Response:
-    # Authentication runs here, in the same worker thread as the call, not as a separate
-    # sync dependency (one thread hop per invoke instead of two), and in the same read session
-    # as the call's own reads (one session instead of two).
-    runtime = runtime_of(request)
-    token = bearer_token(request)  # a malformed credential is refused before any database work
-    principal: Principal | None = None
-    try:
-        with runtime.db.read() as session:
-            principal = principal_in(request, session, token)
-            key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
-            prepared = flows.prepare(
-                runtime,
-                session,
-                flows.InvokeRequest(
-                    account_id=principal.account_id,
-                    channel=principal.channel,
-                    service_code=service_code,
-                    version=version,
-                    idempotency_key=key,
-                    body=body,
-                    request_id=request_id_var.get(),
-                ),
-            )
-        if isinstance(prepared, flows.InvokeResult):
-            result = prepared
-        else:
-            result = flows.run(runtime, provider_client(request), prepared)
-        return _answer(request, principal, result)
-    except MercatoError as error:
-        if principal is not None and "RateLimit" not in error.headers:
-            error.headers.update(_quota_headers(request, principal.account_id))
-        raise
-
-
-def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
+async def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
     # The request's log line names the call; the worker's lines about it carry the same id.
     request.state.invocation_id = result.view.invocation_id
     if result.quota is not None:
         headers = result.quota.headers()
     else:
-        headers = _quota_headers(request, principal.account_id)
+        headers = await _quota_headers(request, principal.account_id)
     return outcome_response(result.view, headers, request)
 
 
@@ -201,8 +166,39 @@ _INVOKE_DOC["openapi_extra"] = {
     **_INVOKE_DOC,
 )
 async def invoke(service_code: str, version: str, request: Request) -> Response:
+    # On the event loop end to end (issue 20): authentication, the key checks and the call's
+    # own reads share one async read, then accept, the provider call and the conclusion are
+    # awaited in `flows.run`; nothing hops to the thread pool.
     body = await request.body()
-    return await run_in_threadpool(_invoke_sync, request, service_code, version, body)
+    runtime = runtime_of(request)
+    token = bearer_token(request)  # a malformed credential is refused before any database work
+    principal: Principal | None = None
+    try:
+        async with runtime.adb.read() as conn:
+            principal = await principal_on(request, conn, token)
+            key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
+            prepared = await flows.prepare(
+                runtime,
+                conn,
+                flows.InvokeRequest(
+                    account_id=principal.account_id,
+                    channel=principal.channel,
+                    service_code=service_code,
+                    version=version,
+                    idempotency_key=key,
+                    body=body,
+                    request_id=request_id_var.get(),
+                ),
+            )
+        if isinstance(prepared, flows.InvokeResult):
+            result = prepared
+        else:
+            result = await flows.run(runtime, prepared)
+        return await _answer(request, principal, result)
+    except MercatoError as error:
+        if principal is not None and "RateLimit" not in error.headers:
+            error.headers.update(await _quota_headers(request, principal.account_id))
+        raise
 
 
 @router.get(

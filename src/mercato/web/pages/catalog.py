@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from mercato.artifacts import flows as artifact_flows
@@ -23,7 +24,6 @@ from mercato.invocations import flows as invoke_flows
 from mercato.invocations import service as invocations
 from mercato.invocations.errors import RequestSchemaViolation, RequestTooLarge
 from mercato.providers import service as providers
-from mercato.web.api.invocations import provider_client
 from mercato.web.deps import runtime_of
 from mercato.web.pages import callform
 from mercato.web.pages.common import (
@@ -174,13 +174,18 @@ def listing_page(request: Request, service_code: str, version: str | None = None
 
 
 @router.post("/listings/{service_code}/versions/{version}/call")
-def call(request: Request, service_code: str, version: str, user: User, form: Form) -> Response:
+async def call(
+    request: Request, service_code: str, version: str, user: User, form: Form
+) -> Response:
     """Invoke the exact version with the session, then show the receipt with its result.
 
     `mode=form` reads the body from the schema's fields; `mode=json` takes the JSON text as is.
-    A refusal comes back on the page, each problem detail beside the field it names."""
+    A refusal comes back on the page, each problem detail beside the field it names.
+
+    The call itself is awaited on the event loop (the async flows, as the API's invoke); the
+    page's own sync reads and the artifact pull (sync client) run in the thread pool."""
     runtime = runtime_of(request)
-    context = _listing_context(request, service_code, version)
+    context = await run_in_threadpool(_listing_context, request, service_code, version)
     fields: list[callform.FormField] | None = context["fields"]
     mode = "form" if text_of(form, "mode") == "form" and fields else "json"
     errors: dict[str, str] = {}
@@ -194,10 +199,8 @@ def call(request: Request, service_code: str, version: str, user: User, form: Fo
     if not errors:
         try:
             key = invocations.check_idempotency_key([text_of(form, "idempotency_key")])
-            client = provider_client(request)
-            result = invoke_flows.invoke(
+            result = await invoke_flows.invoke(
                 runtime,
-                client,
                 invoke_flows.InvokeRequest(
                     account_id=user.account_id,
                     channel="SESSION",
@@ -221,9 +224,10 @@ def call(request: Request, service_code: str, version: str, user: User, form: Fo
         else:
             view = result.view
             if view.state == "SUCCEEDED" and view.has_artifact_contract:
-                artifact_flows.ingest_invocation(
+                await run_in_threadpool(
+                    artifact_flows.ingest_invocation,
                     runtime,
-                    client,
+                    runtime.provider_client(),
                     invocation_id=view.invocation_id,
                     resolve_target=providers.get_dispatch_target,
                 )

@@ -1,0 +1,118 @@
+"""What the invocation engine needs of a provider client on the event loop.
+
+`AsyncProvider` is the port the flows call (`runtime.async_provider_client()`): the two calls
+of the provider contract, awaited, returning the same `RawAnswer` as the sync client.
+`mercato.dispatch.async_client.AsyncProviderClient` implements it; a test double can too.
+
+`PerLoopProvider` holds one real client per running event loop. An aiohttp session belongs to
+the loop it was opened on, so a client is made on the first call inside a loop and reused by
+every later call there: a serve process runs one loop, so it makes one client, at its first
+call, and closes it at shutdown (`aclose`, on that loop). A process that runs several loops
+one after another (a test's client without lifespan, a sync caller's `asyncio.run`) gets one
+client per loop and closes each on its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+from mercato.dispatch.transport import RawAnswer
+from mercato.providers.schemas import DispatchTarget
+
+__all__ = ["AsyncProvider", "ClosableAsyncProvider", "PerLoopProvider"]
+
+
+class AsyncProvider(Protocol):
+    """The provider calls of the invocation engine, awaited (see the module docstring)."""
+
+    async def execute(
+        self,
+        target: DispatchTarget,
+        *,
+        idempotency_key: str,
+        payload_bytes: bytes,
+        response_max_bytes: int,
+        timeout: float,
+    ) -> RawAnswer:
+        """POST /v1/executions with the stored payload bytes."""
+        ...
+
+    async def reconcile(
+        self,
+        target: DispatchTarget,
+        *,
+        idempotency_key: str,
+        response_max_bytes: int,
+        timeout: float,
+    ) -> RawAnswer:
+        """POST /v1/reconciliations for a key sent earlier."""
+        ...
+
+
+class ClosableAsyncProvider(AsyncProvider, Protocol):
+    async def aclose(self) -> None: ...
+
+
+class PerLoopProvider:
+    """An `AsyncProvider` that makes one client with `make()` per running loop, on that loop."""
+
+    def __init__(self, make: Callable[[], ClosableAsyncProvider]) -> None:
+        self._make = make
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, ClosableAsyncProvider
+        ] = weakref.WeakKeyDictionary()
+        self.made = 0
+        """How many clients were made (one per loop that made a call)."""
+
+    def open(self) -> None:
+        """Make the running loop's client now (a server's start-up), not at its first call."""
+        self._client()
+
+    def _client(self) -> ClosableAsyncProvider:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._make()
+            self.made += 1
+        return client
+
+    async def execute(
+        self,
+        target: DispatchTarget,
+        *,
+        idempotency_key: str,
+        payload_bytes: bytes,
+        response_max_bytes: int,
+        timeout: float,
+    ) -> RawAnswer:
+        return await self._client().execute(
+            target,
+            idempotency_key=idempotency_key,
+            payload_bytes=payload_bytes,
+            response_max_bytes=response_max_bytes,
+            timeout=timeout,
+        )
+
+    async def reconcile(
+        self,
+        target: DispatchTarget,
+        *,
+        idempotency_key: str,
+        response_max_bytes: int,
+        timeout: float,
+    ) -> RawAnswer:
+        return await self._client().reconcile(
+            target,
+            idempotency_key=idempotency_key,
+            response_max_bytes=response_max_bytes,
+            timeout=timeout,
+        )
+
+    async def aclose(self) -> None:
+        """Close the running loop's client (the others belong to their own loops)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
