@@ -162,7 +162,7 @@ def build_world(
     )
     runtime.aio = InterleavingDatabase(runtime.adb, failpoints)
     runtime.asleep = FakeSleep(clock)
-    runtime.async_provider = SimProviderClient(provider)  # type: ignore[assignment]
+    runtime.async_provider = SimProviderClient(provider)
     now = clock.now()
     callers: list[Caller] = []
     with runtime.db.transaction() as session:
