@@ -38,10 +38,11 @@ def _resend_after_unknown(patcher: Patcher) -> None:
 
     conclude = flows.conclude
 
-    def buggy(runtime: Runtime, job: Any, owner: str, classified: Any) -> Any:
+    async def buggy(runtime: Runtime, job: Any, owner: str, classified: Any) -> Any:
         if classified.outcome is Outcome.UNKNOWN_OUTCOME:
-            return flows._park(runtime, job, owner, State.RETRY_WAIT, job.sends, "bug: resend")
-        return conclude(runtime, job, owner, classified)
+            reason = "bug: resend"
+            return await flows._park(runtime, job, owner, State.RETRY_WAIT, job.sends, reason)
+        return await conclude(runtime, job, owner, classified)
 
     patcher.set(flows, "conclude", buggy)
 
@@ -93,8 +94,8 @@ def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
 
     prepare = flows.prepare
 
-    def buggy(rt: Runtime, reads: Any, request: Any) -> Any:
-        result = prepare(rt, reads, request)
+    async def buggy(rt: Runtime, conn: Any, request: Any) -> Any:
+        result = await prepare(rt, conn, request)
         if isinstance(result, flows.InvokeResult) and result.replay:
             with runtime.db.transaction() as session:
                 policy = quotas.policy_for(

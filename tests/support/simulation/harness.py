@@ -1,11 +1,13 @@
 """The driver: one seeded RNG picks every step, fault and interleaving; checks run after each.
 
-Steps call the real platform: invokes and replays go through the ASGI app (TestClient, API-key
-auth, the invoke route), background work through `mercato.worker.loops.run_once`. "Concurrent"
-work is interleaved deterministically at the interesting moment, while a provider call is in
-flight (nested inside the transport) or just before the acceptance transaction (the
-`before-accept` failpoint of the world's Runtime), so the same seed always gives the same
-interleaving.
+Steps call the real platform on one event loop: invokes and replays go through the ASGI app
+(an httpx.AsyncClient over ASGITransport, API-key auth, the invoke route, the async engine),
+background work through the worker's `await run_once(runtime)`. "Concurrent" work is
+interleaved deterministically at the interesting moment, while a provider call is in flight
+(awaited inside the simulated provider client's call, before its answer is delivered) or just
+before the acceptance transaction (the `before-accept` failpoint of the world's Runtime, run
+before the accept transaction opens). Nothing runs beside the driver: every interleaving is
+awaited in sequence, so the same seed always gives the same schedule.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import httpx
 import orjson
 
+from builders.event_loops import run_on_fresh_loop
 from mercato.invocations import service as invocations
 from mercato.invocations.failpoints import BEFORE_ACCEPT, CRASH_POINTS
 from mercato.ledger import service as ledger
@@ -106,6 +109,10 @@ class Simulation:
     # --- running ---------------------------------------------------------------------------
 
     def run(self, *, quiesce_every: int = 250) -> Verdict:
+        """Run on an event loop of its own (one loop for the whole run)."""
+        return run_on_fresh_loop(self.arun(quiesce_every=quiesce_every))
+
+    async def arun(self, *, quiesce_every: int = 250) -> Verdict:
         started = time.monotonic()
         steps_run = 0
         with logged_errors(self._logged_error):
@@ -122,20 +129,20 @@ class Simulation:
             self.checker = Checker(world, self.recorder)
             world.provider.in_flight_hook = self._in_flight
             try:
-                if self.bug is not None:
-                    bugs.inject(self.bug, self.patcher, world.runtime)
-                for step in range(1, self.steps + 1):
-                    self._one_step(step)
-                    steps_run = step
-                    if not self.recorder.violations and (
-                        step % quiesce_every == 0 or step == self.steps
-                    ):
-                        self.quiesce()
-                    if self.recorder.violations:
-                        break
+                async with world:
+                    if self.bug is not None:
+                        bugs.inject(self.bug, self.patcher, world.runtime)
+                    for step in range(1, self.steps + 1):
+                        await self._one_step(step)
+                        steps_run = step
+                        if not self.recorder.violations and (
+                            step % quiesce_every == 0 or step == self.steps
+                        ):
+                            await self.quiesce()
+                        if self.recorder.violations:
+                            break
             finally:
                 self.patcher.undo()
-                world.close()
         first = self.recorder.violations[0] if self.recorder.violations else None
         return Verdict(
             seed=self.seed,
@@ -150,7 +157,7 @@ class Simulation:
             failure_trace=self.recorder.minimal_trace(first) if first else [],
         )
 
-    def _one_step(self, step: int) -> None:
+    async def _one_step(self, step: int) -> None:
         self.recorder.step = step
         since = self.clock.now()
         self.clock.advance(self.rng.uniform(0.05, 2.0))
@@ -161,7 +168,7 @@ class Simulation:
         if provider.unsure and self.rng.random() < 0.3:
             provider.unsure = False
             self.recorder.note("provider: storage usable again")
-        actions: list[tuple[int, Callable[[], None]]] = [
+        actions: list[tuple[int, Callable[[], Awaitable[None]]]] = [
             (30, self.step_invoke),
             (4, self.step_accept_race),
             (14, self.step_replay),
@@ -174,14 +181,15 @@ class Simulation:
         ]
         action = self.rng.choices([a for _, a in actions], [w for w, _ in actions])[0]
         try:
-            action()
+            await action()
         finally:
             self.crasher.armed.clear()
             self.crasher.interleave.clear()
+            self.crasher.due.clear()
             self.plan, self.plan_key = None, None
         self.checker.after_step(since)
 
-    def quiesce(self) -> None:
+    async def quiesce(self) -> None:
         """Heal the provider, let running jobs finish, and work until nothing is left."""
         provider = self.world.provider
         saved = provider.knobs
@@ -193,7 +201,7 @@ class Simulation:
             for _ in range(40):
                 since = self.clock.now()
                 self.clock.advance(900)
-                done = run_once(self.world.runtime, self.world.provider_client)
+                done = await self._worker_pass()
                 self.checker.after_step(since)
                 if done == 0:
                     break
@@ -212,7 +220,7 @@ class Simulation:
         name = f"{self.world.callers[index].name}-k{self.counter}"
         return KeyState(index, name, version, body)
 
-    def step_invoke(self) -> None:
+    async def step_invoke(self) -> None:
         ks = self._new_key()
         if self.rng.random() < 0.1:
             point = self.rng.choice(POINTS)
@@ -223,40 +231,40 @@ class Simulation:
                 ["duplicate", "takeover", "other-call", "clock", "restart-keep", "restart-lose"]
             )
             self.plan_key = ks
-        self._fresh(ks)
+        await self._fresh(ks)
 
-    def step_accept_race(self) -> None:
+    async def step_accept_race(self) -> None:
         ks = self._new_key()
 
-        def racing() -> None:
+        async def racing() -> None:
             self.recorder.note("race: same key arrives before the first is accepted", ks.key)
             self.nesting = True
             try:
-                self._fresh(ks)
+                await self._fresh(ks)
             finally:
                 self.nesting = False
 
         self.crasher.interleave[BEFORE_ACCEPT] = racing
-        self._send(ks, ks.body, "twin", label="twin")
+        await self._send(ks, ks.body, "twin", label="twin")
 
-    def step_replay(self) -> None:
+    async def step_replay(self) -> None:
         known = [k for k in self.keys if k.invocation_id is not None]
         if known:
-            self._send(self.rng.choice(known), None, "replay", label="replay")
+            await self._send(self.rng.choice(known), None, "replay", label="replay")
 
-    def step_reuse_key(self) -> None:
+    async def step_reuse_key(self) -> None:
         known = [k for k in self.keys if k.invocation_id is not None]
         if known:
             ks = self.rng.choice(known)
             other = orjson.dumps({"n": orjson.loads(ks.body)["n"] + 1})
-            self._send(ks, other, "reuse", label="same key, other body")
+            await self._send(ks, other, "reuse", label="same key, other body")
 
-    def step_invalid_then_valid(self) -> None:
+    async def step_invalid_then_valid(self) -> None:
         ks = self._new_key()
-        self._send(ks, b'{"n": "not a number"}', "invalid", label="invalid body")
-        self._fresh(ks)
+        await self._send(ks, b'{"n": "not a number"}', "invalid", label="invalid body")
+        await self._fresh(ks)
 
-    def step_worker(self) -> None:
+    async def step_worker(self) -> None:
         self.clock.advance(self.rng.uniform(0, 90))
         if self.rng.random() < 0.1:
             point = self.rng.choice(POINTS)
@@ -264,16 +272,16 @@ class Simulation:
             self.recorder.note(f"arm crash at {point} (worker)")
         if self.rng.random() < 0.2:
             self.plan = self.rng.choice(["other-call", "clock", "restart-keep", "restart-lose"])
-        done = run_once(self.world.runtime, self.world.provider_client)
+        done = await self._worker_pass()
         self.stats["worker_items"] += done
         self.recorder.note(f"worker pass: {done} item(s)")
 
-    def step_clock(self) -> None:
+    async def step_clock(self) -> None:
         seconds = self.rng.choice([self.rng.uniform(30, 120), self.rng.uniform(120, 900)])
         self.clock.advance(seconds)
         self.recorder.note(f"clock jumps {seconds:.0f}s")
 
-    def step_provider(self) -> None:
+    async def step_provider(self) -> None:
         provider = self.world.provider
         kind = self.rng.choice(
             ["down", "unsure", "503-streak", "restart-keep", "restart-lose", "finish", "finish"]
@@ -293,7 +301,7 @@ class Simulation:
             return
         self.recorder.note(f"provider: {kind} (streak {provider.streak_503})")
 
-    def step_grant(self) -> None:
+    async def step_grant(self) -> None:
         caller = self.world.callers[self.rng.randrange(len(self.world.callers))]
         amount = self.rng.randint(20, 200)
         with self.world.runtime.db.transaction() as session:
@@ -309,7 +317,7 @@ class Simulation:
 
     # --- interleaving while a provider call is in flight -----------------------------------
 
-    def _in_flight(self, kind: str, key: str) -> bool:
+    async def _in_flight(self, kind: str, key: str) -> bool:
         """Run the step's planned interleaving; True breaks the in-flight connection."""
         if self.nesting or self.plan is None:
             return False
@@ -318,13 +326,13 @@ class Simulation:
         self.recorder.note(f"while {kind} {key} is in flight: {plan}", key)
         try:
             if plan == "duplicate" and ks is not None:
-                self._send(ks, ks.body, "replay", label="concurrent duplicate")
+                await self._send(ks, ks.body, "replay", label="concurrent duplicate")
             elif plan == "takeover":
                 self.clock.advance(self.rng.uniform(31, 90))
-                done = run_once(self.world.runtime, self.world.provider_client)
+                done = await self._worker_pass()
                 self.recorder.note(f"lease expired; another worker pass: {done} item(s)", key)
             elif plan == "other-call":
-                self._fresh(self._new_key())
+                await self._fresh(self._new_key())
             elif plan == "clock":
                 self.clock.advance(self.rng.uniform(1, 100))
             elif plan.startswith("restart"):
@@ -334,18 +342,26 @@ class Simulation:
             self.nesting = False
         return False
 
+    async def _worker_pass(self) -> int:
+        """One pass of every worker loop, as `mercato worker` runs it."""
+        # TEMPORARY SHIM (h6, until h3's async worker lands; the coordinator removes it at
+        # merge): h2's interim `run_once(runtime, client)` is sync and runs each async step on a
+        # loop of its own thread while this loop waits (still one sequential schedule). With
+        # h3's worker this line is `return await run_once(self.world.runtime)`.
+        return run_once(self.world.runtime, self.world.provider_client)
+
     # --- calling the platform and judging its answers --------------------------------------
 
-    def _fresh(self, ks: KeyState) -> None:
+    async def _fresh(self, ks: KeyState) -> None:
         self.keys.append(ks)
-        self._send(ks, ks.body, "fresh", label="invoke")
+        await self._send(ks, ks.body, "fresh", label="invoke")
 
-    def _send(self, ks: KeyState, body: bytes | None, mode: str, *, label: str) -> None:
+    async def _send(self, ks: KeyState, body: bytes | None, mode: str, *, label: str) -> None:
         caller = self.world.callers[ks.caller]
         sent = ks.body if body is None else body
         before = self._exchanges()
         try:
-            response: httpx.Response | None = self.world.http.post(
+            response: httpx.Response | None = await self.world.http.post(
                 f"/v1/services/{SERVICE}/versions/{ks.version}:invoke",
                 content=sent,
                 headers={

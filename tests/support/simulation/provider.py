@@ -1,4 +1,7 @@
-"""The simulated provider and the network in front of it, as one httpx transport handler.
+"""The simulated provider and the network in front of it, as one httpx request handler.
+
+The platform reaches it through `SimProviderClient` (support/simulation/client.py), the async
+provider client the simulation's Runtime carries; `transport()` serves the synchronous client.
 
 The provider keeps spec 4.2's durable idempotency records (accepted → final, never a second
 business run for a known key, reconciliation writes nothing and never claims SUCCEEDED for a
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +84,17 @@ class Exchange:
 
 
 @dataclass
+class _Call:
+    """An exchange the provider has acted on; its answer is not delivered yet."""
+
+    kind: str
+    key: str
+    exchange: Exchange
+    answer: Answer
+    silent: bool
+
+
+@dataclass
 class Knobs:
     """Fault rates; quiescence turns them all off."""
 
@@ -120,14 +134,31 @@ class SimProvider:
     unsure: bool = False
     streak_503: int = 0
     jobs: int = 0
-    in_flight_hook: Callable[[str, str], bool] | None = None
+    in_flight_hook: Callable[[str, str], Awaitable[bool]] | None = None
 
     # --- the transport ---------------------------------------------------------------------
 
     def transport(self) -> httpx.MockTransport:
+        """For the synchronous client (artifact fetches): no in-flight interleaving."""
         return httpx.MockTransport(self.handle)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        call = self._arrive(request)
+        if isinstance(call, httpx.Response):
+            return call
+        return self._answer(request, call, broken=False)
+
+    async def ahandle(self, request: httpx.Request) -> httpx.Response:
+        """One request from the async client; the planned interleaving runs (awaited) while the
+        provider has acted and its answer is still on the wire."""
+        call = self._arrive(request)
+        if isinstance(call, httpx.Response):
+            return call
+        hook = self.in_flight_hook
+        broken = hook is not None and await hook(call.kind, call.key)
+        return self._answer(request, call, broken=broken)
+
+    def _arrive(self, request: httpx.Request) -> _Call | httpx.Response:
         path = request.url.path
         if path == EXECUTIONS_PATH:
             key = request.headers.get(IDEMPOTENCY_KEY_HEADER, "")
@@ -137,7 +168,7 @@ class SimProvider:
             return self._exchange(request, key, "reconcile")
         return _response(request, 404, b'{"error": "not found"}')
 
-    def _exchange(self, request: httpx.Request, key: str, kind: str) -> httpx.Response:
+    def _exchange(self, request: httpx.Request, key: str, kind: str) -> _Call:
         history = self.exchanges.setdefault(key, [])
         if kind == "execute":
             self._check_send_allowed(key, history)
@@ -151,14 +182,18 @@ class SimProvider:
             answer, silent = self._execute(key, request)
         else:
             answer, silent = self._reconcile(key), False
-        if self.in_flight_hook is not None and self.in_flight_hook(kind, key):
+        return _Call(kind, key, exchange, answer, silent)
+
+    def _answer(self, request: httpx.Request, call: _Call, *, broken: bool) -> httpx.Response:
+        kind, key, exchange = call.kind, call.key, call.exchange
+        if broken:
             exchange.delivered = "connection broken (provider restarted)"
             raise httpx.ReadError("simulated: provider restarted mid-request", request=request)
-        if silent:
+        if call.silent:
             exchange.delivered = "timeout (accepted, no answer)"
             self.recorder.note(f"net: {kind} {key} accepted, answer timed out", key)
             raise httpx.ReadTimeout("simulated: provider did not answer in time", request=request)
-        return self._deliver(request, key, kind, answer, exchange)
+        return self._deliver(request, key, kind, call.answer, exchange)
 
     def _check_send_allowed(self, key: str, history: list[Exchange]) -> None:
         sends = sum(1 for e in history if e.kind == "execute")

@@ -2,10 +2,16 @@
 
 Everything the platform would take from the outside world is replaced by something the seed
 controls, and all of it goes in through the Runtime the world builds (db/runtime.py): the clock
-(`FakeClock`), the sleeps (they advance it), the random jitter and the ids (seeded), the provider
-client (over the simulated provider's httpx transport) and the failpoints (they raise
-`SimulatedCrash` instead of killing the process, or run a planned interleaving). No module
-attribute of the platform is swapped for them. Nothing here changes what the platform does.
+(`FakeClock`), the sleeps, sync and async (they advance it), the random jitter and the ids
+(seeded), the provider clients (the async one the engine calls, `SimProviderClient`, and the sync
+one over the simulated provider's httpx transport), the failpoints (they raise `SimulatedCrash`
+instead of killing the process, or plan an interleaving) and the async database (the real one,
+which first runs an interleaving planned at a failpoint, on the loop, before the next unit of
+work opens). No module attribute of the platform is swapped for them. Nothing here changes what
+the platform does.
+
+The app is driven in-process on the run's one event loop: an `httpx.AsyncClient` over
+`httpx.ASGITransport`, with the app's lifespan entered around the run.
 """
 
 from __future__ import annotations
@@ -13,19 +19,26 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi.testclient import TestClient
+import httpx
+from fastapi import FastAPI
 
 from mercato.accounts import service as accounts
 from mercato.catalog import service as catalog
 from mercato.catalog.schemas import ConnectionFacts
 from mercato.core.clock import FakeClock
 from mercato.core.ids import format_id
+from mercato.db.plans import AsyncConnection, AsyncDatabase
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.ledger import service as ledger
@@ -34,6 +47,7 @@ from mercato.providers.schemas import CheckVerdict
 from mercato.quotas import service as quotas
 from mercato.settings import Settings
 from mercato.web.app import create_app
+from support.simulation.client import SimProviderClient
 from support.simulation.provider import RESPONSE_MAX_BYTES, SimProvider
 from support.simulation.trace import Recorder
 
@@ -89,17 +103,28 @@ class Caller:
 class World:
     runtime: Runtime
     clock: FakeClock
-    http: TestClient
+    app: FastAPI
+    http: httpx.AsyncClient
     provider: SimProvider
     provider_client: ProviderClient
     provider_account_id: str
     callers: list[Caller]
     issued: int
+    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
-    def close(self) -> None:
-        self.http.__exit__(None, None, None)
-        self.provider_client.close()
-        self.runtime.db.dispose()
+    async def __aenter__(self) -> World:
+        """Start the app (its lifespan) on the running loop."""
+        await self._stack.enter_async_context(self.app.router.lifespan_context(self.app))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._stack.aclose()
+            await self.http.aclose()
+            await self.runtime.adb.close()
+        finally:
+            self.provider_client.close()
+            self.runtime.db.dispose()
 
 
 def build_world(
@@ -135,6 +160,9 @@ def build_world(
         failpoints=failpoints,
         provider=client,
     )
+    runtime.aio = InterleavingDatabase(runtime.adb, failpoints)
+    runtime.asleep = FakeSleep(clock)
+    runtime.async_provider = SimProviderClient(provider)
     now = clock.now()
     callers: list[Caller] = []
     with runtime.db.transaction() as session:
@@ -192,10 +220,10 @@ def build_world(
             callers.append(Caller(f"c{index}", account.id, key.api_key, points))
         provider_account_id = owner.id
     app = create_app(runtime)
-    http = TestClient(app, raise_server_exceptions=True)
-    http.__enter__()  # one event loop for the whole run, not one per request
+    asgi = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    http = httpx.AsyncClient(transport=asgi, base_url="http://testserver")
     issued = sum(c.granted for c in callers)
-    return World(runtime, clock, http, provider, client, provider_account_id, callers, issued)
+    return World(runtime, clock, app, http, provider, client, provider_account_id, callers, issued)
 
 
 # --- the seams the seed controls ----------------------------------------------------------
@@ -230,23 +258,75 @@ class Patcher:
             setattr(target, name, value)
 
 
+class FakeSleep:
+    """`runtime.asleep`: sleeping advances the fake clock at once."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+
+    async def __call__(self, seconds: float) -> None:
+        self._clock.advance(seconds)
+
+
+Interleaving = Callable[[], Awaitable[None]]
+
+
 @dataclass
 class Crasher:
     """The simulation's failpoints: the next `hit` of an armed point raises SimulatedCrash; an
-    interleaving planned at a point runs (once) when the platform reaches it."""
+    interleaving planned at a point runs (once) when the platform reaches it.
+
+    A failpoint is announced synchronously, so it cannot await the interleaving (concurrent
+    requests on the loop): `hit` makes it due, and `InterleavingDatabase` awaits it before the
+    platform's next unit of work opens. After `before-accept` that is the accept transaction,
+    so the interleaving runs exactly where the point says: checks done, nothing accepted."""
 
     recorder: Recorder
     armed: set[str] = field(default_factory=set)
-    interleave: dict[str, Callable[[], None]] = field(default_factory=dict)
+    interleave: dict[str, Interleaving] = field(default_factory=dict)
+    due: list[Interleaving] = field(default_factory=list)
 
     def hit(self, point: str) -> None:
         planned = self.interleave.pop(point, None)
         if planned is not None:
-            planned()
+            self.due.append(planned)
         if point in self.armed:
             self.armed.discard(point)
             self.recorder.note(f"crash: platform process killed at {point}")
             raise SimulatedCrash(point)
+
+    async def run_due(self) -> None:
+        while self.due:
+            await self.due.pop(0)()
+
+
+class InterleavingDatabase:
+    """The Runtime's async database: the real one, after any interleaving that is due."""
+
+    def __init__(self, inner: AsyncDatabase, crasher: Crasher) -> None:
+        self._inner = inner
+        self._crasher = crasher
+        self.dialect = inner.dialect
+
+    def read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._after_due(self._inner.read)
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._after_due(self._inner.transaction)
+
+    def statement(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._after_due(self._inner.statement)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    @asynccontextmanager
+    async def _after_due(
+        self, unit: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+    ) -> AsyncIterator[AsyncConnection]:
+        await self._crasher.run_due()
+        async with unit() as conn:
+            yield conn
 
 
 class _Captured(logging.Handler):
