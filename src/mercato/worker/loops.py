@@ -20,13 +20,10 @@ sync code and run on a thread (`asyncio.to_thread`), never on the loop.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
@@ -44,7 +41,6 @@ BATCH = 20
 """The fewest rows one loop works in one pass (`run_once`); a pass takes up to a lane's slots
 when it has more."""
 
-T = TypeVar("T")
 Step = Callable[[Runtime, str, str], Awaitable[None]]
 """A worker step: `step(runtime, invocation_id, lease_owner)`, on a row the caller leased."""
 
@@ -73,7 +69,6 @@ async def _claim_due(
             limit=limit,
             stuck=kind.stuck,
         )
-
 
 
 @dataclass(frozen=True, slots=True)
