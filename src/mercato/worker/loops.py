@@ -28,6 +28,8 @@ from typing import Any
 from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
+from mercato.dispatch.observed import AsyncObservedProviderClient
+from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import ACTIVE_STATES, State
@@ -230,6 +232,17 @@ async def run_lane(runtime: Runtime, lane: tuple[Loop, ...]) -> int:
     return done
 
 
+def with_async_provider(runtime: Runtime) -> Runtime:
+    """`runtime`, carrying the async provider client the flows call: the one its builder gave
+    (a test's, the simulation's), else the observed client, one per event loop, closed with
+    its loop (`mercato.dispatch.port.PerLoopProvider`), as the serve process has it."""
+    if runtime.async_provider is None:
+        settings = runtime.settings
+        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
+    return runtime
+
+
 async def run_once(runtime: Runtime) -> int:
     """One pass of every loop, fresh work first; returns the total work done (0 when idle)."""
+    with_async_provider(runtime)
     return await run_lane(runtime, LOOPS) + await run_lane(runtime, STUCK_LOOPS)

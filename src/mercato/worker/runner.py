@@ -29,6 +29,7 @@ from mercato.worker.loops import (
     fresh_slots,
     refunds_once,
     stuck_slots,
+    with_async_provider,
 )
 
 log = logging.getLogger("mercato.worker")
@@ -44,6 +45,7 @@ def run_forever(
     SIGTERM/SIGINT arrives, when called on the main thread); look for new work every
     `idle_seconds` while a lane has free slots and found nothing due."""
     stop = stop or threading.Event()
+    with_async_provider(runtime)
     try:
         asyncio.run(_serve(runtime, idle_seconds, stop))
     finally:
