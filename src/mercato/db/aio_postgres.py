@@ -240,7 +240,7 @@ class PostgresDatabase:
     ) -> None:
         self._idle_ping = idle_ping_seconds
         self.observed = Observed()
-        self.ids = db.ids
+        self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(asyncpg_dialect())
         url = db.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
@@ -268,7 +268,7 @@ class PostgresDatabase:
 
     @asynccontextmanager
     async def _unit(self, unit: Unit, begin: bool) -> AsyncIterator[AsyncConnection]:
-        with bound(self.ids):
+        with bound(self._sync.ids):
             if self.observed.listeners:
                 self.observed.tell("unit", unit.value)
             pool = self._pool()
