@@ -41,6 +41,8 @@ from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.uow import Database
 
 _INVALID_TEXT = "22P02"
+PING_TIMEOUT = 5.0
+"""Seconds an idle connection has to answer its ping before it is replaced."""
 
 
 def asyncpg_dialect() -> PGDialect_asyncpg:
@@ -82,7 +84,7 @@ class _Pool:
                     continue
                 if time.monotonic() - since >= self._idle_ping:
                     try:
-                        await conn.execute("SELECT 1")
+                        await conn.execute("SELECT 1", timeout=PING_TIMEOUT)
                     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
                         conn.terminate()
                         continue
