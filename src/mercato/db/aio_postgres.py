@@ -41,6 +41,8 @@ from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.uow import Database
 
 _INVALID_TEXT = "22P02"
+PING_TIMEOUT = 5.0
+"""Seconds an idle connection has to answer its ping before it is replaced."""
 
 
 def asyncpg_dialect() -> PGDialect_asyncpg:
@@ -82,7 +84,7 @@ class _Pool:
                     continue
                 if time.monotonic() - since >= self._idle_ping:
                     try:
-                        await conn.execute("SELECT 1")
+                        await conn.execute("SELECT 1", timeout=PING_TIMEOUT)
                     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
                         conn.terminate()
                         continue
@@ -240,7 +242,7 @@ class PostgresDatabase:
     ) -> None:
         self._idle_ping = idle_ping_seconds
         self.observed = Observed()
-        self.ids = db.ids
+        self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(asyncpg_dialect())
         url = db.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
@@ -268,7 +270,7 @@ class PostgresDatabase:
 
     @asynccontextmanager
     async def _unit(self, unit: Unit, begin: bool) -> AsyncIterator[AsyncConnection]:
-        with bound(self.ids):
+        with bound(self._sync.ids):
             if self.observed.listeners:
                 self.observed.tell("unit", unit.value)
             pool = self._pool()

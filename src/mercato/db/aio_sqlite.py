@@ -168,7 +168,7 @@ class SqliteDatabase:
         lock_timeout: float = 30.0,
         max_idle: int = 16,
     ) -> None:
-        self.ids = db.ids
+        self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(db.engine.dialect)
         self._path = db.engine.url.database or ":memory:"
         self.sleep = sleep
@@ -241,7 +241,7 @@ class SqliteDatabase:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        with bound(self.ids):
+        with bound(self._sync.ids):
             self.observed.tell("unit", Unit.READ.value)
             raw = self._checkout()
             healthy = False
@@ -265,7 +265,7 @@ class SqliteDatabase:
 
     @asynccontextmanager
     async def _write(self, unit: Unit) -> AsyncIterator[AsyncConnection]:
-        with bound(self.ids):
+        with bound(self._sync.ids):
             self.observed.tell("unit", unit.value)
             async with self._writer_lock():
                 raw = self._checkout()

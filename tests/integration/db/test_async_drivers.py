@@ -345,6 +345,16 @@ def test_every_unit_binds_the_database_ids(runtime: Runtime) -> None:
 
     made = run_on_fresh_loop(scenario())
     assert made == ids.made
+    # ids given to the Database later are the ones the next units bind (the Runtime's adb)
+    later = _CountingIds()
+    runtime.db.ids = later
+    assert run_on_fresh_loop(scenario()) == later.made
+
+    async def on_runtime() -> str:
+        async with runtime.adb.transaction():
+            return new_id("y")
+
+    assert run_on_fresh_loop(on_runtime()) in later.made
     assert new_id("x") not in ids.made  # outside a unit: the system's ids
 
 
