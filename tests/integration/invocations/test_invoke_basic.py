@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event
 
 from builders.invocation_world import PRICE, SERVICE, World
+from mercato.db.aio import observing
 
 
 def test_success_settles_and_receipt_tells_it(world: World) -> None:
@@ -70,43 +70,24 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
     # Accept and settle are one data-modifying CTE each (decision 0240, no database function),
     # run in one-statement sessions, so neither needs BEGIN or COMMIT (decision 0191).
     assert world.invoke({"n": 0}, key="warm").status_code == 200  # records the key's last use
-    engine = world.runtime.db.engine
-    sent: list[str] = []
-    commits: list[object] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        sent.append(statement)
-
-    checkouts: list[object] = []
-
-    def committed(conn: object) -> None:
-        commits.append(conn)
-
-    def checked_out(conn: object, *_args: object) -> None:
-        checkouts.append(conn)
-
-    event.listen(engine, "before_cursor_execute", record)
-    event.listen(engine, "commit", committed)
-    event.listen(engine.pool, "checkout", checked_out)
-    try:
+    seen: list[tuple[str, str]] = []
+    with observing(world.runtime.adb, lambda kind, detail: seen.append((kind, detail))):
         response = world.invoke({"n": 7}, key="counted")
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-        event.remove(engine, "commit", committed)
-        event.remove(engine.pool, "checkout", checked_out)
     assert response.status_code == 200, response.text
+    sent = [detail for kind, detail in seen if kind == "sql"]
+    units = [detail for kind, detail in seen if kind == "unit"]
     writes = [s for s in sent if not s.lstrip().startswith("SELECT")]
     assert len(writes) == 2, sent
     assert writes[0].startswith("WITH intent AS") and writes[1].startswith("WITH finish AS")
     assert "INSERT INTO reservations" in writes[0] and "UPDATE reservations" in writes[1]
     assert all("invocation_accept(" not in w and "invocation_settle(" not in w for w in writes)
-    assert commits == []
+    assert not {"BEGIN", "COMMIT"} & {s.strip().upper() for s in sent}
     # Five statements in all: the API key; the Idempotency-Key; the version with its holds, its
     # dispatch target and the caller's policy (one read); accept; settle.
     assert len(sent) == 5, sent
-    # Three connections taken from the pool: one read session for the caller and the call's
-    # facts, then accept, then settle.
-    assert len(checkouts) == 3
+    # Three units of work on the async database: one read for the caller and the call's facts,
+    # then accept, then settle (each one statement, atomic on its own).
+    assert units == ["read", "statement", "statement"]
     assert world.balances() == (100 - 2 * PRICE, 0)
     assert world.earnings() == 14
     assert world.ledger_balanced()
