@@ -113,8 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = build_cli().main(arguments, prog_name=PROG, standalone_mode=False)
     except click.UsageError as exc:
         return _usage_error(usage_line(exc))
-    except click.ClickException as exc:
-        return _usage_error(" ".join(exc.format_message().split()))
+    except click.ClickException as exc:  # not a usage error: click's own exit code (1)
+        sys.stderr.write(f"error: {' '.join(exc.format_message().split())}\n")
+        return exc.exit_code
     except click.Abort:  # Ctrl-C: the shell's convention, 128 + SIGINT
         return EXIT_INTERRUPTED
     except BadArgument as exc:
