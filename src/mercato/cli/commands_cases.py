@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+import click
 
 from mercato.cases import flows
 from mercato.cases.errors import CaseNotFound, InvalidCaseInput
 from mercato.cases.schemas import CaseView, Decision
 from mercato.cli.commands_core import runtime_from_env
+from mercato.cli.framework import command, json_option, one_of
 from mercato.cli.output import argument_errors, emit
 
 OPERATOR = "operator:cli"
 
 
-def register(_top: Any, admin: Any) -> None:
-    dispute = admin.add_parser("decide-dispute", help="approve (and refund) or deny a dispute")
-    dispute.add_argument("case_id", metavar="CASE_ID")
-    choice = dispute.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--approve", dest="decision", action="store_const", const=Decision.APPROVE)
-    choice.add_argument("--deny", dest="decision", action="store_const", const=Decision.DENY)
-    dispute.add_argument("--reason", required=True)
-    dispute.add_argument("--json", action="store_true")
-    dispute.set_defaults(handler=cmd_decide)
-
-    report = admin.add_parser("decide-report", help="uphold (unlist) or dismiss a content report")
-    report.add_argument("case_id", metavar="CASE_ID")
-    choice = report.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--uphold", dest="decision", action="store_const", const=Decision.UPHOLD)
-    choice.add_argument("--dismiss", dest="decision", action="store_const", const=Decision.DISMISS)
-    report.add_argument("--reason", required=True)
-    report.add_argument("--json", action="store_true")
-    report.set_defaults(handler=cmd_decide)
+def register(_top: click.Group, admin: click.Group) -> None:
+    admin.add_command(cmd_decide_dispute)
+    admin.add_command(cmd_decide_report)
 
 
 def _summary(case: CaseView) -> str:
@@ -43,7 +28,33 @@ def _summary(case: CaseView) -> str:
     return line
 
 
-def cmd_decide(args: argparse.Namespace) -> int:
+@command("decide-dispute", help="approve (and refund) or deny a dispute")
+@click.argument("case_id", metavar="CASE_ID")
+@click.option("--approve", is_flag=True, help="approve and refund")
+@click.option("--deny", is_flag=True, help="deny")
+@click.option("--reason", required=True)
+@json_option()
+def cmd_decide_dispute(case_id: str, approve: bool, deny: bool, reason: str, as_json: bool) -> int:
+    """Decide a dispute: exactly one of --approve and --deny."""
+    flags = {"--approve": Decision.APPROVE, "--deny": Decision.DENY}
+    decision = one_of(flags, {"--approve": approve, "--deny": deny})
+    return _decide(case_id, decision, reason, as_json=as_json)
+
+
+@command("decide-report", help="uphold (unlist) or dismiss a content report")
+@click.argument("case_id", metavar="CASE_ID")
+@click.option("--uphold", is_flag=True, help="uphold and unlist")
+@click.option("--dismiss", is_flag=True, help="dismiss")
+@click.option("--reason", required=True)
+@json_option()
+def cmd_decide_report(case_id: str, uphold: bool, dismiss: bool, reason: str, as_json: bool) -> int:
+    """Decide a content report: exactly one of --uphold and --dismiss."""
+    flags = {"--uphold": Decision.UPHOLD, "--dismiss": Decision.DISMISS}
+    decision = one_of(flags, {"--uphold": uphold, "--dismiss": dismiss})
+    return _decide(case_id, decision, reason, as_json=as_json)
+
+
+def _decide(case_id: str, decision: Decision, reason: str, *, as_json: bool) -> int:
     """Decide a case; an invalid transition is an error (exit 1) with its code on stderr."""
     runtime = runtime_from_env()
     errors = argument_errors({CaseNotFound: "CASE_ID", InvalidCaseInput: "--reason"})
@@ -51,12 +62,12 @@ def cmd_decide(args: argparse.Namespace) -> int:
         with errors:
             case = flows.decide(
                 runtime,
-                case_id=args.case_id,
-                decision=args.decision,
-                reason=args.reason,
+                case_id=case_id,
+                decision=decision,
+                reason=reason,
                 decided_by=OPERATOR,
             )
     finally:
         runtime.db.dispose()
-    emit(case.to_json(for_staff=True), as_json=args.json, text=_summary(case))
+    emit(case.to_json(for_staff=True), as_json=as_json, text=_summary(case))
     return 0

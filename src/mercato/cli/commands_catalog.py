@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
+import click
 from sqlalchemy.orm import Session
 
 from mercato.catalog import service as catalog
@@ -20,48 +20,17 @@ from mercato.catalog.errors import (
     ListingNotFound,
 )
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import Naming, argument_errors, emit, whole_number
+from mercato.cli.framework import WholeNumber, command, json_option
+from mercato.cli.output import Naming, argument_errors, emit
 from mercato.core.errors import MercatoError, ValidationFailed
 from mercato.providers.errors import ConnectionNotFound
 
 OPERATOR = "operator:cli"
 
 
-def register(_top: Any, admin: Any) -> None:
-    publish = admin.add_parser(
-        "publish", help="create the listing if needed, then draft and publish a version"
-    )
-    publish.add_argument("--connection", required=True, help="an approved provider connection id")
-    publish.add_argument("--service-code", required=True)
-    publish.add_argument("--display-name", required=True)
-    publish.add_argument("--version", required=True, help="exact label v<number>, e.g. v1")
-    publish.add_argument(
-        "--price",
-        required=True,
-        type=whole_number(1, catalog.MAX_PRICE),
-        help="gross price in points",
-    )
-    publish.add_argument("--contract", required=True, type=Path, help="contract JSON file")
-    publish.add_argument("--description", help="listing description")
-    publish.add_argument(
-        "--provider-share-bps",
-        type=whole_number(0, 10_000),
-        help="provider's share in basis points "
-        f"(new listings: {catalog.DEFAULT_PROVIDER_SHARE_BPS}; existing ones keep theirs)",
-    )
-    publish.add_argument("--json", action="store_true")
-    publish.set_defaults(handler=cmd_publish)
-
-    hold = admin.add_parser("hold", help="take a listing out of the catalog")
-    hold.add_argument("service_code", metavar="SERVICE_CODE")
-    hold.add_argument("--reason", required=True)
-    hold.add_argument("--json", action="store_true")
-    hold.set_defaults(handler=cmd_hold)
-
-    release = admin.add_parser("release-hold", help="release one hold on a listing")
-    release.add_argument("hold_id", metavar="HOLD_ID")
-    release.add_argument("--json", action="store_true")
-    release.set_defaults(handler=cmd_release_hold)
+def register(_top: click.Group, admin: click.Group) -> None:
+    for handler in (cmd_publish, cmd_hold, cmd_release_hold):
+        admin.add_command(handler)
 
 
 CONTRACT_FILE_MAX = 1024 * 1024  # far above any contract; stops `--contract /dev/zero`
@@ -111,21 +80,50 @@ _PUBLISH_ERRORS: dict[type[MercatoError], Naming] = {
 }
 
 
-def cmd_publish(args: argparse.Namespace) -> int:
+@command("publish", help="create the listing if needed, then draft and publish a version")
+@click.option("--connection", required=True, help="an approved provider connection id")
+@click.option("--service-code", required=True)
+@click.option("--display-name", required=True)
+@click.option("--version", required=True, help="exact label v<number>, e.g. v1")
+@click.option(
+    "--price", required=True, type=WholeNumber(1, catalog.MAX_PRICE), help="gross price in points"
+)
+@click.option(
+    "--contract", required=True, type=click.Path(path_type=Path), help="contract JSON file"
+)
+@click.option("--description", help="listing description")
+@click.option(
+    "--provider-share-bps",
+    type=WholeNumber(0, 10_000),
+    help="provider's share in basis points "
+    f"(new listings: {catalog.DEFAULT_PROVIDER_SHARE_BPS}; existing ones keep theirs)",
+)
+@json_option()
+def cmd_publish(
+    connection: str,
+    service_code: str,
+    display_name: str,
+    version: str,
+    price: int,
+    contract: Path,
+    description: str | None,
+    provider_share_bps: int | None,
+    as_json: bool,
+) -> int:
     with argument_errors(_PUBLISH_ERRORS):
-        contract = read_contract(args.contract)
+        document = read_contract(contract)
     runtime = runtime_from_env()
     with argument_errors(_PUBLISH_ERRORS), runtime.db.transaction() as session:
         result = catalog.publish(
             session,
-            service_code=args.service_code,
-            display_name=args.display_name,
-            version=args.version,
-            connection=connection_facts(session, connection_id=args.connection),
-            price=args.price,
-            contract=contract,
-            description=args.description,
-            provider_share_bps=args.provider_share_bps,
+            service_code=service_code,
+            display_name=display_name,
+            version=version,
+            connection=connection_facts(session, connection_id=connection),
+            price=price,
+            contract=document,
+            description=description,
+            provider_share_bps=provider_share_bps,
             now=runtime.clock.now(),
         )
         data = {
@@ -136,31 +134,38 @@ def cmd_publish(args: argparse.Namespace) -> int:
         }
     verb = "published" if result.created else "already published (unchanged)"
     text = f"{verb} {data['serviceCode']} {data['version']} contract {data['contractDigest']}"
-    emit(data, as_json=args.json, text=text)
+    emit(data, as_json=as_json, text=text)
     return 0
 
 
-def cmd_hold(args: argparse.Namespace) -> int:
+@command("hold", help="take a listing out of the catalog")
+@click.argument("service_code", metavar="SERVICE_CODE")
+@click.option("--reason", required=True)
+@json_option()
+def cmd_hold(service_code: str, reason: str, as_json: bool) -> int:
     runtime = runtime_from_env()
     errors = argument_errors({ListingNotFound: "SERVICE_CODE", ValidationFailed: "--reason"})
     with errors, runtime.db.transaction() as session:
         hold_id = catalog.place_hold(
             session,
-            service_code=args.service_code,
+            service_code=service_code,
             kind="staff",
-            reason=args.reason,
+            reason=reason,
             created_by=OPERATOR,
             now=runtime.clock.now(),
         )
-    emit({"holdId": hold_id}, as_json=args.json, text=f"placed hold {hold_id}")
+    emit({"holdId": hold_id}, as_json=as_json, text=f"placed hold {hold_id}")
     return 0
 
 
-def cmd_release_hold(args: argparse.Namespace) -> int:
+@command("release-hold", help="release one hold on a listing")
+@click.argument("hold_id", metavar="HOLD_ID")
+@json_option()
+def cmd_release_hold(hold_id: str, as_json: bool) -> int:
     runtime = runtime_from_env()
     with argument_errors({HoldNotFound: "HOLD_ID"}), runtime.db.transaction() as session:
         catalog.release_hold(
-            session, hold_id=args.hold_id, released_by=OPERATOR, now=runtime.clock.now()
+            session, hold_id=hold_id, released_by=OPERATOR, now=runtime.clock.now()
         )
-    emit({"holdId": args.hold_id}, as_json=args.json, text=f"released hold {args.hold_id}")
+    emit({"holdId": hold_id}, as_json=as_json, text=f"released hold {hold_id}")
     return 0

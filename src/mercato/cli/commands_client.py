@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import logging
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit
+import click
+
+from mercato.cli.framework import command, json_option
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit, table
 from mercato.client import (
     InvocationPending,
     InvocationResult,
@@ -27,26 +30,12 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 CALL_WAIT_SECONDS = 300.0
 
 
-def register(top: Any, _admin: Any) -> None:
-    call = top.add_parser("call", help="invoke a service version and print its result")
-    call.add_argument("service_code", metavar="SERVICE")
-    call.add_argument("version", metavar="VERSION", help="an exact version, e.g. v1")
-    call.add_argument("--input", required=True, metavar="FILE|-", help="JSON object; - is stdin")
-    call.add_argument("--key", metavar="IDEMPOTENCY_KEY", help="resume or pin a logical call")
-    call.add_argument("--out", type=Path, metavar="DIR", help="save verified artifacts here")
-    _connection_arguments(call, api_key=True)
-    call.set_defaults(handler=cmd_call)
-
-    catalog = top.add_parser("catalog", help="list listings, their versions and prices")
-    _connection_arguments(catalog, api_key=False)
-    catalog.add_argument("--json", action="store_true")
-    catalog.set_defaults(handler=cmd_catalog)
+def register(top: click.Group, _admin: click.Group) -> None:
+    top.add_command(cmd_call)
+    top.add_command(cmd_catalog)
 
 
-def _connection_arguments(parser: argparse.ArgumentParser, *, api_key: bool) -> None:
-    parser.add_argument("--url", help=f"platform URL (env MERCATO_URL, default {DEFAULT_URL})")
-    if api_key:
-        parser.add_argument("--api-key", help="API key (prefer env MERCATO_API_KEY)")
+_URL_HELP = f"platform URL (env MERCATO_URL, default {DEFAULT_URL})"
 
 
 def _quiet_http_logs() -> None:
@@ -54,8 +43,8 @@ def _quiet_http_logs() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _url(args: argparse.Namespace) -> str:
-    return str(args.url or CallerSettings().url or DEFAULT_URL)
+def _url(given: str | None) -> str:
+    return str(given or CallerSettings().url or DEFAULT_URL)
 
 
 def _error(text: str, code: int = EXIT_FAILURE) -> int:
@@ -117,34 +106,64 @@ class Spinner:
 
 
 def _call(
-    client: MercatoClient, spinner: Spinner, args: argparse.Namespace, payload: dict[str, Any]
+    client: MercatoClient, spinner: Spinner, request: _Request, payload: dict[str, Any]
 ) -> tuple[InvocationResult, list[Path]]:
     with spinner:
-        call = client.invoke(args.service_code, args.version, payload, idempotency_key=args.key)
-        if args.out is None or not call.artifacts:
+        call = client.invoke(
+            request.service_code, request.version, payload, idempotency_key=request.key
+        )
+        if request.out is None or not call.artifacts:
             return call, []
         spinner.update("downloading artifacts")
-        return call, client.download_artifacts(call.invocation_id, call.artifacts, args.out)
+        return call, client.download_artifacts(call.invocation_id, call.artifacts, request.out)
 
 
-def cmd_call(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class _Request:
+    service_code: str
+    version: str
+    key: str | None
+    out: Path | None
+
+
+@command("call", help="invoke a service version and print its result")
+@click.argument("service_code", metavar="SERVICE")
+@click.argument("version", metavar="VERSION")
+@click.option("--input", "source", required=True, metavar="FILE|-", help="JSON object; - is stdin")
+@click.option("--key", metavar="IDEMPOTENCY_KEY", help="resume or pin a logical call")
+@click.option(
+    "--out", type=click.Path(path_type=Path), metavar="DIR", help="save verified artifacts here"
+)
+@click.option("--url", help=_URL_HELP)
+@click.option("--api-key", help="API key (prefer env MERCATO_API_KEY)")
+def cmd_call(
+    service_code: str,
+    version: str,
+    source: str,
+    key: str | None,
+    out: Path | None,
+    url: str | None,
+    api_key: str | None,
+) -> int:
+    """Invoke SERVICE VERSION (an exact version, e.g. v1) and print its result."""
     _quiet_http_logs()
     configured = CallerSettings().api_key
-    api_key = args.api_key or (configured.get_secret_value() if configured else None)
+    api_key = api_key or (configured.get_secret_value() if configured else None)
     if not api_key:
         return _error("UNAUTHENTICATED: set MERCATO_API_KEY or pass --api-key", EXIT_USAGE)
     try:
-        payload = _read_input(args.input)
+        payload = _read_input(source)
     except (OSError, ValueError) as exc:
         return _error(f"INVALID_INPUT: {exc}", EXIT_USAGE)
-    spinner = Spinner(sys.stderr, f"{args.service_code} {args.version}")
+    spinner = Spinner(sys.stderr, f"{service_code} {version}")
+    request = _Request(service_code, version, key, out)
     policy = RetryPolicy(max_wait_seconds=CALL_WAIT_SECONDS)
     try:
-        with MercatoClient(_url(args), api_key, retry=policy, progress=spinner.update) as client:
-            call, saved = _call(client, spinner, args, payload)
+        with MercatoClient(_url(url), api_key, retry=policy, progress=spinner.update) as client:
+            call, saved = _call(client, spinner, request, payload)
     except (TransportFailed, InvocationPending) as exc:
-        key = exc.idempotency_key
-        return _error(f"{exc}" + (f" Resume with --key {key}" if key else ""))
+        resume = exc.idempotency_key
+        return _error(f"{exc}" + (f" Resume with --key {resume}" if resume else ""))
     except MercatoClientError as exc:
         return _error(str(exc))
     except OSError as exc:  # the output directory, not the platform
@@ -153,20 +172,23 @@ def cmd_call(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.write(f"invocation {call.invocation_id} settled\n")
     if saved:
-        sys.stderr.write(f"saved {len(saved)} verified artifact(s) to {args.out}\n")
-    elif call.artifacts and args.out is None:
+        sys.stderr.write(f"saved {len(saved)} verified artifact(s) to {out}\n")
+    elif call.artifacts and out is None:
         sys.stderr.write(f"{len(call.artifacts)} artifact(s) not saved; pass --out DIR\n")
     return EXIT_OK
 
 
-def cmd_catalog(args: argparse.Namespace) -> int:
+@command("catalog", help="list listings, their versions and prices")
+@click.option("--url", help=_URL_HELP)
+@json_option()
+def cmd_catalog(url: str | None, as_json: bool) -> int:
     _quiet_http_logs()
     try:
-        with MercatoClient(_url(args)) as client:
+        with MercatoClient(_url(url)) as client:
             listings = list(client.iter_listings())
     except MercatoClientError as exc:
         return _error(str(exc))
-    if args.json:
+    if as_json:
         items = [
             {
                 "serviceCode": item.service_code,
@@ -177,9 +199,13 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         ]
         emit({"items": items}, as_json=True)
         return EXIT_OK
-    lines = []
-    for item in listings:
-        lines.append(f"{item.service_code}  {item.display_name}")
-        lines += [f"  {v.version}  {v.price} points" for v in item.versions]
-    emit({}, as_json=False, text="\n".join(lines) if lines else "no public listings")
+    table(
+        ("SERVICE", "NAME", "VERSION", "PRICE"),
+        (
+            (item.service_code, item.display_name, v.version, f"{v.price} points")
+            for item in listings
+            for v in item.versions
+        ),
+        empty="no public listings",
+    )
     return EXIT_OK

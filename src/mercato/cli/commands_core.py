@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import click
+from sqlalchemy import Engine
+
+from mercato.cli.framework import WholeNumber, command
+from mercato.cli.output import progress, shows_progress
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from alembic.script import Script
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def register(top: Any, _admin: Any) -> None:
-    migrate = top.add_parser("migrate", help="create or upgrade the database schema")
-    migrate.set_defaults(handler=cmd_migrate)
-    serve = top.add_parser("serve", help="run the platform API and web")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="worker processes sharing the port (metrics are aggregated across them)",
-    )
-    serve.set_defaults(handler=cmd_serve)
-    openapi = top.add_parser(
-        "openapi", help="print the caller API's OpenAPI document (docs/openapi.json)"
-    )
-    openapi.set_defaults(handler=cmd_openapi)
+def register(top: click.Group, _admin: click.Group) -> None:
+    top.add_command(cmd_migrate)
+    top.add_command(cmd_serve)
+    top.add_command(cmd_openapi)
 
 
 def runtime_from_env(
@@ -42,16 +36,45 @@ def runtime_from_env(
     return Runtime.from_settings(load_settings()).ensure_provider(client)
 
 
-def cmd_migrate(_args: argparse.Namespace) -> int:
+@command("migrate", help="create or upgrade the database schema")
+def cmd_migrate() -> int:
     from mercato.db.migrate import upgrade  # Alembic: loaded only by the commands that migrate
 
     runtime = runtime_from_env()
-    upgrade(runtime.db.engine)
+    engine = runtime.db.engine
+    if shows_progress():
+        # One revision at a time (each runs in its own transaction anyway), with a bar.
+        for revision in progress(pending_revisions(engine), _revision_label, shown=True):
+            upgrade(engine, revision.revision)
+    upgrade(engine)
     print("schema is up to date")
     return 0
 
 
-def cmd_openapi(_args: argparse.Namespace) -> int:
+def pending_revisions(engine: Engine) -> list[Script]:
+    """The revisions `upgrade` would apply, oldest first ([] when the history branches)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import Script, ScriptDirectory
+
+    from mercato.db.migrate import alembic_config
+
+    scripts = ScriptDirectory.from_config(alembic_config(engine))
+    if len(scripts.get_heads()) != 1:
+        return []
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    pending = [
+        s for s in scripts.iterate_revisions("head", current or "base") if isinstance(s, Script)
+    ]
+    return list(reversed(pending))
+
+
+def _revision_label(revision: Script) -> str:
+    return f"migrating: {revision.revision} {revision.doc or ''}".strip()
+
+
+@command("openapi", help="print the caller API's OpenAPI document (docs/openapi.json)")
+def cmd_openapi() -> int:
     """`mercato openapi > docs/openapi.json`: the document `/v1/openapi.json` serves."""
     from mercato.web.export import main
 
@@ -89,25 +112,31 @@ def server_options(settings: Settings, *, host: str, port: int) -> dict[str, Any
     }
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+@command("serve", help="run the platform API and web")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=WholeNumber(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--workers",
+    type=WholeNumber(1, 1024),
+    default=1,
+    show_default=True,
+    help="worker processes sharing the port (metrics are aggregated across them)",
+)
+def cmd_serve(host: str, port: int, workers: int) -> int:
     import uvicorn
 
     from mercato.core.logs import configure_logging
 
-    if args.workers < 1:
-        raise SystemExit("--workers must be at least 1")
     settings = load_settings()  # fail closed here, before any worker starts
     configure_logging()
-    common = server_options(settings, host=args.host, port=args.port)
-    if args.workers == 1:
+    common = server_options(settings, host=host, port=port)
+    if workers == 1:
         from mercato.web.app import create_app
 
         uvicorn.run(create_app(Runtime.from_settings(settings)), **common)
         return 0
     if not settings.prometheus_multiproc_dir:
         # Set before the worker processes start (and import prometheus_client).
-        os.environ[MULTIPROC_ENV] = str(metrics_dir(settings.data_dir, args.port))
-    uvicorn.run(
-        "mercato.web.asgi:create_app_from_env", factory=True, workers=args.workers, **common
-    )
+        os.environ[MULTIPROC_ENV] = str(metrics_dir(settings.data_dir, port))
+    uvicorn.run("mercato.web.asgi:create_app_from_env", factory=True, workers=workers, **common)
     return 0

@@ -2,60 +2,57 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Any
 
+import click
 from pydantic import ValidationError
 
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit
+from mercato.cli.framework import MercatoCommand, MercatoGroup, WholeNumber, command, json_option
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit, progress, shows_progress
 from mercato_examples.daily_ranking.config import CHARTS, ConfigError, load_config
 
 
-def register(top: Any, _admin: Any) -> None:
-    up = top.add_parser(
-        "up", help="the one-command demo: platform, worker, example provider and sample upstream"
-    )
-    up.add_argument("--port", type=_port, help="the platform's port (default 8000 if free)")
-    up.add_argument(
-        "--json",
-        action="store_true",
-        help='print one JSON object {"url", "apiKey", "serviceCode", "version"} once ready',
-    )
-    up.set_defaults(handler=cmd_up)
-
-    ranking = top.add_parser("daily-ranking", help="the example provider pixiv.daily-ranking")
-    ranking_sub = ranking.add_subparsers(dest="ranking_command", required=True)
-    serve = ranking_sub.add_parser("serve", help="run the provider with its scheduled refresher")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8100)
-    serve.set_defaults(handler=cmd_ranking_serve)
-    refresh = ranking_sub.add_parser("refresh", help="refresh the snapshots now")
-    refresh.add_argument("--chart", choices=CHARTS, help="one chart (default: all three)")
-    refresh.add_argument("--json", action="store_true")
-    refresh.set_defaults(handler=cmd_ranking_refresh)
-
-    sample = top.add_parser("sample-upstream", help="the offline sample upstream")
-    sample_sub = sample.add_subparsers(dest="sample_command", required=True)
-    sample_serve = sample_sub.add_parser("serve", help="serve ranking pages and thumbnails")
-    sample_serve.add_argument("--host", default="127.0.0.1")
-    sample_serve.add_argument("--port", type=int, default=8200)
-    sample_serve.set_defaults(handler=cmd_sample_serve)
+def register(top: click.Group, _admin: click.Group) -> None:
+    top.add_command(cmd_up)
+    top.add_command(daily_ranking)
+    top.add_command(sample_upstream)
 
 
-def _port(value: str) -> int:
-    number = int(value)
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError("a TCP port is 1-65535")
-    return number
+class TcpPort(WholeNumber):
+    """A TCP port, 1-65535."""
+
+    name = "port"
+
+    def __init__(self) -> None:
+        super().__init__(1, 65535)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail("a TCP port is 1-65535", param, ctx)
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+@click.group("daily-ranking", cls=MercatoGroup, help="the example provider pixiv.daily-ranking")
+def daily_ranking() -> None:
+    """The example provider pixiv.daily-ranking."""
+
+
+@click.group("sample-upstream", cls=MercatoGroup, help="the offline sample upstream")
+def sample_upstream() -> None:
+    """The offline sample upstream."""
+
+
+@command("up", help="the one-command demo: platform, worker, example provider and sample upstream")
+@click.option("--port", type=TcpPort(), help="the platform's port (default 8000 if free)")
+@json_option(help='print one JSON object {"url", "apiKey", "serviceCode", "version"} once ready')
+def cmd_up(port: int | None, as_json: bool) -> int:
     from mercato.cli.demo_up import UpOptions, run_up
 
     _quiet_http_logs()
-    return run_up(UpOptions(port=args.port, as_json=args.json))
+    return run_up(UpOptions(port=port, as_json=as_json))
 
 
 def _quiet_http_logs() -> None:
@@ -72,7 +69,12 @@ def _config_error(exc: Exception) -> int:
     return EXIT_USAGE
 
 
-def cmd_ranking_serve(args: argparse.Namespace) -> int:
+@daily_ranking.command(
+    "serve", cls=MercatoCommand, help="run the provider with its scheduled refresher"
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=WholeNumber(0, 65535), default=8100, show_default=True)
+def cmd_ranking_serve(host: str, port: int) -> int:
     from mercato.provider import serve_provider
     from mercato_examples.daily_ranking.provider import DailyRanking
 
@@ -85,14 +87,17 @@ def cmd_ranking_serve(args: argparse.Namespace) -> int:
     refresher = provider.scheduler()
     refresher.start()
     try:
-        serve_provider(app, host=args.host, port=args.port)
+        serve_provider(app, host=host, port=port)
     finally:
         refresher.stop()
         provider.close()
     return EXIT_OK
 
 
-def cmd_ranking_refresh(args: argparse.Namespace) -> int:
+@daily_ranking.command("refresh", cls=MercatoCommand, help="refresh the snapshots now")
+@click.option("--chart", type=click.Choice(CHARTS), help="one chart (default: all three)")
+@json_option()
+def cmd_ranking_refresh(chart: str | None, as_json: bool) -> int:
     from mercato_examples.daily_ranking.provider import DailyRanking
 
     _quiet_http_logs()
@@ -100,8 +105,15 @@ def cmd_ranking_refresh(args: argparse.Namespace) -> int:
         provider = DailyRanking(load_config())
     except (ConfigError, ValidationError) as exc:
         return _config_error(exc)
+    charts = [chart] if chart else list(CHARTS)
+    shown = shows_progress(as_json=as_json)
     try:
-        reports = provider.refresh([args.chart] if args.chart else CHARTS)
+        # One chart at a time, so a person at a terminal sees a bar advance per chart.
+        reports = [
+            report
+            for each in progress(charts, lambda name: f"refreshing {name}", shown=shown)
+            for report in provider.refresh([each])
+        ]
     finally:
         provider.close()
     failed = any(r.failed for r in reports)
@@ -123,14 +135,17 @@ def cmd_ranking_refresh(args: argparse.Namespace) -> int:
         + (f" ({r.reason})" if r.reason else "")
         for r in reports
     ]
-    emit(data, as_json=args.json, text="\n".join(lines))
+    emit(data, as_json=as_json, text="\n".join(lines))
     return EXIT_FAILURE if failed else EXIT_OK
 
 
-def cmd_sample_serve(args: argparse.Namespace) -> int:
+@sample_upstream.command("serve", cls=MercatoCommand, help="serve ranking pages and thumbnails")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=WholeNumber(0, 65535), default=8200, show_default=True)
+def cmd_sample_serve(host: str, port: int) -> int:
     from mercato_examples.daily_ranking.sample_upstream import SampleUpstream
 
-    server = SampleUpstream(host=args.host, port=args.port)
+    server = SampleUpstream(host=host, port=port)
     sys.stdout.write(f"sample upstream at {server.base} (image host {server.host_port})\n")
     sys.stdout.flush()
     try:

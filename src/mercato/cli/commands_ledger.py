@@ -2,58 +2,57 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+import click
 
 from mercato.accounts import service as accounts
 from mercato.accounts.errors import AccountNotFound
 from mercato.cli.commands_core import runtime_from_env
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, argument_errors, emit, whole_number
+from mercato.cli.framework import WholeNumber, command, json_option
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, argument_errors, emit
 from mercato.ledger import service as ledger
 from mercato.ledger.errors import InvalidLedgerInput
 
 
-def register(_top: Any, admin: Any) -> None:
-    grant = admin.add_parser("grant-points", help="grant points to an account")
-    grant.add_argument("email", metavar="EMAIL")
-    grant.add_argument("points", type=whole_number(1, ledger.MAX_AMOUNT), metavar="N")
-    grant.add_argument("--memo", default="grant-points", help="a note kept on the transfer")
-    grant.add_argument("--json", action="store_true")
-    grant.set_defaults(handler=cmd_grant_points)
-
-    verify = admin.add_parser("verify-ledger", help="re-prove the ledger's invariants")
-    verify.add_argument("--json", action="store_true")
-    verify.set_defaults(handler=cmd_verify_ledger)
+def register(_top: click.Group, admin: click.Group) -> None:
+    admin.add_command(cmd_grant_points)
+    admin.add_command(cmd_verify_ledger)
 
 
-def cmd_grant_points(args: argparse.Namespace) -> int:
+@command("grant-points", help="grant points to an account")
+@click.argument("email", metavar="EMAIL")
+@click.argument("points", metavar="N", type=WholeNumber(1, ledger.MAX_AMOUNT))
+@click.option("--memo", default="grant-points", help="a note kept on the transfer")
+@json_option()
+def cmd_grant_points(email: str, points: int, memo: str, as_json: bool) -> int:
     runtime = runtime_from_env()
     errors = argument_errors({AccountNotFound: "EMAIL", InvalidLedgerInput: "--memo"})
     with errors, runtime.db.transaction() as session:
-        account = accounts.get_account_by_email(session, email=args.email)
+        account = accounts.get_account_by_email(session, email=email)
         transfer_id = ledger.grant(
             session,
             account_id=account.id,
-            amount=args.points,
+            amount=points,
             now=runtime.clock.now(),
-            memo=args.memo,
+            memo=memo,
         )
         available = ledger.balances(session, account_id=account.id).available
     data = {
         "accountId": account.id,
         "transferId": transfer_id,
-        "granted": args.points,
+        "granted": points,
         "available": available,
     }
     emit(
         data,
-        as_json=args.json,
-        text=f"granted {args.points} points to {args.email}; available now {available}",
+        as_json=as_json,
+        text=f"granted {points} points to {email}; available now {available}",
     )
     return EXIT_OK
 
 
-def cmd_verify_ledger(args: argparse.Namespace) -> int:
+@command("verify-ledger", help="re-prove the ledger's invariants")
+@json_option()
+def cmd_verify_ledger(as_json: bool) -> int:
     runtime = runtime_from_env()
     with runtime.db.read() as session:
         if session.get_bind().dialect.name == "postgresql":
@@ -67,5 +66,5 @@ def cmd_verify_ledger(args: argparse.Namespace) -> int:
         f"earnings: {report.earnings}  revenue: {report.revenue}",
         *(f"problem: {problem}" for problem in report.problems),
     ]
-    emit(report.as_dict(), as_json=args.json, text="\n".join(lines))
+    emit(report.as_dict(), as_json=as_json, text="\n".join(lines))
     return EXIT_OK if report.balanced else EXIT_FAILURE

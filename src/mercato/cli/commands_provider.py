@@ -7,16 +7,18 @@ MERCATO_PASSWORD and creates or updates a draft through the provider API, then s
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
 
 from mercato.catalog.contracts import parse_version_label
-from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit, whole_number
+from mercato.cli.framework import MercatoCommand, MercatoGroup, WholeNumber, json_option
+from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit
 from mercato.cli.provider_project import project_files
 from mercato.conformance.advice import fix_for
 from mercato.conformance.runner import run_conformance
@@ -31,37 +33,22 @@ MAX_CONTRACT_BYTES = 1024 * 1024
 MAX_PRICE = 1_000_000_000
 
 
-def register(top: Any, _admin: Any) -> None:
-    provider = top.add_parser("provider", help="provider tooling: init, check, push")
-    commands = provider.add_subparsers(dest="provider_command", required=True)
+def register(top: click.Group, _admin: click.Group) -> None:
+    top.add_command(provider)
 
-    init = commands.add_parser("init", help="write a working provider project into DIR")
-    init.add_argument("directory", metavar="DIR")
-    init.set_defaults(handler=cmd_init)
 
-    check = commands.add_parser("check", help="run the nine conformance checks against URL")
-    check.add_argument("url", metavar="URL")
-    check.add_argument("--credential", required=True, help="the provider's credential")
-    check.add_argument("--json", action="store_true")
-    check.set_defaults(handler=cmd_check)
-
-    push = commands.add_parser("push", help="create or update a draft and submit it for review")
-    push.add_argument("--contract", required=True, metavar="FILE")
-    push.add_argument("--service-code", required=True)
-    push.add_argument("--version", required=True, metavar="vN")
-    push.add_argument("--price", required=True, type=whole_number(1, MAX_PRICE))
-    push.add_argument("--connection", required=True, metavar="ID")
-    push.add_argument("--display-name", help="used only when the listing does not exist yet")
-    push.add_argument("--url", help=f"platform URL (env MERCATO_URL, default {DEFAULT_URL})")
-    push.add_argument("--json", action="store_true")
-    push.set_defaults(handler=cmd_push)
+@click.group("provider", cls=MercatoGroup, help="provider tooling: init, check, push")
+def provider() -> None:
+    """Provider tooling: init, check, push."""
 
 
 # --- init --------------------------------------------------------------------------------
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    directory = Path(args.directory)
+@provider.command("init", cls=MercatoCommand, help="write a working provider project into DIR")
+@click.argument("path", metavar="DIR")
+def cmd_init(path: str) -> int:
+    directory = Path(path)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise BadArgument("DIR", f"{directory} exists and is not an empty directory")
     directory.mkdir(parents=True, exist_ok=True)
@@ -75,12 +62,15 @@ def cmd_init(args: argparse.Namespace) -> int:
 # --- check -------------------------------------------------------------------------------
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    url = args.url.strip().rstrip("/")
+@provider.command("check", cls=MercatoCommand, help="run the nine conformance checks against URL")
+@click.argument("url", metavar="URL")
+@click.option("--credential", required=True, help="the provider's credential")
+@json_option()
+def cmd_check(url: str, credential: str, as_json: bool) -> int:
+    url = url.strip().rstrip("/")
     reason = check_base_url(url, allow_private=True)
     if reason is not None:
         raise BadArgument("URL", f"not an http(s) base URL ({reason})")
-    credential = args.credential
     if not credential or not all("!" <= c <= "~" for c in credential):
         raise BadArgument("--credential", "must be visible ASCII characters without spaces")
     settings = Settings(env="dev", allow_private_provider_addresses=True)
@@ -94,7 +84,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     ]
     emit(
         {"passed": report.passed, "checks": checks},
-        as_json=args.json,
+        as_json=as_json,
         text=_check_text(report.passed, checks),
     )
     return EXIT_OK if report.passed else EXIT_FAILURE
@@ -162,20 +152,29 @@ def _expect(step: str, answer: httpx.Response, *statuses: int) -> dict[str, Any]
     return body
 
 
-def _push(http: httpx.Client, args: argparse.Namespace, contract: dict[str, Any]) -> Any:
+@dataclass(frozen=True)
+class _Draft:
+    service_code: str
+    version: str
+    price: int
+    connection: str
+    display_name: str | None
+
+
+def _push(http: httpx.Client, wanted: _Draft, contract: dict[str, Any]) -> Any:
     headers = _login(http)
-    code = args.service_code
+    code = wanted.service_code
     listing = http.get(f"/v1/provider/listings/{code}/versions", headers=headers)
     if listing.status_code == 404:
         created = http.post(
             "/v1/provider/listings",
-            json={"serviceCode": code, "displayName": args.display_name or code},
+            json={"serviceCode": code, "displayName": wanted.display_name or code},
             headers=headers,
         )
         listing = created
     found = _expect("read the listing", listing, 200, 201)
-    existing = [v for v in found["versions"] if v["version"] == args.version]
-    body = {"connectionId": args.connection, "price": args.price, "contract": contract}
+    existing = [v for v in found["versions"] if v["version"] == wanted.version]
+    body = {"connectionId": wanted.connection, "price": wanted.price, "contract": contract}
     if existing:
         version_id = existing[0]["versionId"]
         changed = http.put(f"/v1/provider/versions/{version_id}", json=body, headers=headers)
@@ -183,7 +182,7 @@ def _push(http: httpx.Client, args: argparse.Namespace, contract: dict[str, Any]
     else:
         made = http.post(
             f"/v1/provider/listings/{code}/versions",
-            json={"version": args.version, **body},
+            json={"version": wanted.version, **body},
             headers=headers,
         )
         draft = _expect("create the draft", made, 201)
@@ -193,31 +192,52 @@ def _push(http: httpx.Client, args: argparse.Namespace, contract: dict[str, Any]
     return _expect("submit the draft", submitted, 200)
 
 
-def cmd_push(args: argparse.Namespace) -> int:
+@provider.command(
+    "push", cls=MercatoCommand, help="create or update a draft and submit it for review"
+)
+@click.option("--contract", required=True, metavar="FILE", type=click.Path())
+@click.option("--service-code", required=True)
+@click.option("--version", required=True, metavar="vN")
+@click.option("--price", required=True, type=WholeNumber(1, MAX_PRICE))
+@click.option("--connection", required=True, metavar="ID")
+@click.option("--display-name", help="used only when the listing does not exist yet")
+@click.option("--url", help=f"platform URL (env MERCATO_URL, default {DEFAULT_URL})")
+@json_option()
+def cmd_push(
+    contract: str,
+    service_code: str,
+    version: str,
+    price: int,
+    connection: str,
+    display_name: str | None,
+    url: str | None,
+    as_json: bool,
+) -> int:
     try:
-        parse_version_label(args.version)
+        parse_version_label(version)
     except ValidationFailed as exc:
         raise BadArgument("--version", exc.message) from None
-    contract = _contract(args.contract)
-    url = str(args.url or CallerSettings().url or DEFAULT_URL).rstrip("/")
+    document = _contract(contract)
+    draft = _Draft(service_code, version, price, connection, display_name)
+    base = str(url or CallerSettings().url or DEFAULT_URL).rstrip("/")
     try:
-        with httpx.Client(base_url=url, timeout=120) as http:
-            version = _push(http, args, contract)
+        with httpx.Client(base_url=base, timeout=120) as http:
+            pushed = _push(http, draft, document)
     except httpx.HTTPError as exc:
-        sys.stderr.write(f"error: cannot reach {url}: {' '.join(str(exc).split())}\n")
+        sys.stderr.write(f"error: cannot reach {base}: {' '.join(str(exc).split())}\n")
         return EXIT_FAILURE
     except _Refused as refused:
         sys.stderr.write(_refusal_text(refused) + "\n")
         return EXIT_FAILURE
     summary = {
-        "versionId": version["versionId"],
-        "serviceCode": version["serviceCode"],
-        "version": version["version"],
-        "state": version["state"],
-        "submittedRunId": version["submittedRunId"],
+        "versionId": pushed["versionId"],
+        "serviceCode": pushed["serviceCode"],
+        "version": pushed["version"],
+        "state": pushed["state"],
+        "submittedRunId": pushed["submittedRunId"],
     }
     text = "{serviceCode} {version} is {state} ({versionId})".format(**summary)
-    emit(summary, as_json=args.json, text=text)
+    emit(summary, as_json=as_json, text=text)
     return EXIT_OK
 
 

@@ -8,15 +8,16 @@ base URL naming a non-public address) exits 2 with one line naming it, before an
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import click
 from sqlalchemy.orm import Session
 
 from mercato.cli.commands_core import runtime_from_env
+from mercato.cli.framework import command, json_option
 from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
 from mercato.core.errors import MercatoError
@@ -26,36 +27,14 @@ from mercato.providers.errors import ConnectionNotFound
 from mercato.providers.schemas import RunView
 
 
-def register(_top: Any, admin: Any) -> None:
-    add = admin.add_parser("add-connection", help="submit a provider connection and check it")
-    add.add_argument("--owner", required=True, help="email of the owning account")
-    add.add_argument("--name", required=True)
-    add.add_argument("--base-url", required=True)
-    add.add_argument("--credential", required=True, help="the bearer credential; '-' reads stdin")
-    add.add_argument("--json", action="store_true")
-    add.set_defaults(handler=cmd_add_connection)
-
-    update = admin.add_parser(
-        "update-connection", help="change name, URL or credential (lapses approval) and re-check"
-    )
-    update.add_argument("connection_id", metavar="ID")
-    update.add_argument("--name")
-    update.add_argument("--base-url")
-    update.add_argument("--credential", help="the new credential; '-' reads stdin")
-    update.add_argument("--json", action="store_true")
-    update.set_defaults(handler=cmd_update_connection)
-
-    check = admin.add_parser("check-connection", help="run the nine conformance checks now")
-    check.add_argument("connection_id", metavar="ID")
-    check.add_argument("--json", action="store_true")
-    check.set_defaults(handler=cmd_check_connection)
-
-    approve = admin.add_parser(
-        "approve-connection", help="approve a connection whose latest check passed all nine"
-    )
-    approve.add_argument("connection_id", metavar="ID")
-    approve.add_argument("--json", action="store_true")
-    approve.set_defaults(handler=cmd_approve_connection)
+def register(_top: click.Group, admin: click.Group) -> None:
+    for handler in (
+        cmd_add_connection,
+        cmd_update_connection,
+        cmd_check_connection,
+        cmd_approve_connection,
+    ):
+        admin.add_command(handler)
 
 
 def _credential(value: str | None) -> str | None:
@@ -113,38 +92,56 @@ def _run_text(run: RunView) -> str:
     return "\n".join(lines)
 
 
-def cmd_add_connection(args: argparse.Namespace) -> int:
+@command("add-connection", help="submit a provider connection and check it")
+@click.option("--owner", required=True, help="email of the owning account")
+@click.option("--name", required=True)
+@click.option("--base-url", required=True)
+@click.option("--credential", required=True, help="the bearer credential; '-' reads stdin")
+@json_option()
+def cmd_add_connection(owner: str, name: str, base_url: str, credential: str, as_json: bool) -> int:
     runtime = runtime_from_env()
     with runtime.db.read() as session:
-        owner_id = _owner_id(session, args.owner)
+        owner_id = _owner_id(session, owner)
     with runtime.provider_client() as client, _arguments_checked():
         submitted = submit_connection(
             runtime,
             client,
             owner_id=owner_id,
-            name=args.name,
-            base_url=args.base_url,
-            credential=_credential(args.credential) or "",
+            name=name,
+            base_url=base_url,
+            credential=_credential(credential) or "",
         )
     connection_id, run = submitted.connection_id, submitted.run
     emit(
         {"connectionId": connection_id, "check": _run_json(run)},
-        as_json=args.json,
+        as_json=as_json,
         text=f"created connection {connection_id}\n{_run_text(run)}",
     )
     return EXIT_OK
 
 
-def cmd_update_connection(args: argparse.Namespace) -> int:
+@command("update-connection", help="change name, URL or credential (lapses approval) and re-check")
+@click.argument("connection_id", metavar="ID")
+@click.option("--name")
+@click.option("--base-url")
+@click.option("--credential", help="the new credential; '-' reads stdin")
+@json_option()
+def cmd_update_connection(
+    connection_id: str,
+    name: str | None,
+    base_url: str | None,
+    credential: str | None,
+    as_json: bool,
+) -> int:
     runtime = runtime_from_env()
     with runtime.provider_client() as client, _arguments_checked():
         changed = change_connection(
             runtime,
             client,
-            connection_id=args.connection_id,
-            name=args.name,
-            base_url=args.base_url,
-            credential=_credential(args.credential),
+            connection_id=connection_id,
+            name=name,
+            base_url=base_url,
+            credential=_credential(credential),
         )
     data: dict[str, Any] = {
         "connectionId": changed.connection_id,
@@ -157,28 +154,34 @@ def cmd_update_connection(args: argparse.Namespace) -> int:
         text += " (approval lapsed)\n" + _run_text(changed.run)
     else:
         text += " (nothing changed)"
-    emit(data, as_json=args.json, text=text)
+    emit(data, as_json=as_json, text=text)
     return EXIT_OK
 
 
-def cmd_check_connection(args: argparse.Namespace) -> int:
+@command("check-connection", help="run the nine conformance checks now")
+@click.argument("connection_id", metavar="ID")
+@json_option()
+def cmd_check_connection(connection_id: str, as_json: bool) -> int:
     runtime = runtime_from_env()
-    run = _check(runtime, args.connection_id)
+    run = _check(runtime, connection_id)
     data = {"passed": run.passed, "checks": [check.to_json() for check in run.checks]}
-    emit(data | {"runId": run.run_id}, as_json=args.json, text=_run_text(run))
+    emit(data | {"runId": run.run_id}, as_json=as_json, text=_run_text(run))
     return EXIT_OK if run.passed else EXIT_FAILURE
 
 
-def cmd_approve_connection(args: argparse.Namespace) -> int:
+@command("approve-connection", help="approve a connection whose latest check passed all nine")
+@click.argument("connection_id", metavar="ID")
+@json_option()
+def cmd_approve_connection(connection_id: str, as_json: bool) -> int:
     runtime = runtime_from_env()
     with _arguments_checked(), runtime.db.transaction() as session:
         connection = providers.approve_connection(
-            session, connection_id=args.connection_id, now=runtime.clock.now()
+            session, connection_id=connection_id, now=runtime.clock.now()
         )
         revision = connection.revision
     emit(
-        {"connectionId": args.connection_id, "approved": True, "revision": revision},
-        as_json=args.json,
-        text=f"approved connection {args.connection_id} at revision {revision}",
+        {"connectionId": connection_id, "approved": True, "revision": revision},
+        as_json=as_json,
+        text=f"approved connection {connection_id} at revision {revision}",
     )
     return EXIT_OK

@@ -2,34 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-from typing import Any
+
+import click
 
 from mercato.cli.commands_core import runtime_from_env
+from mercato.cli.framework import command
 
 
-def register(top: Any, _admin: Any) -> None:
-    worker = top.add_parser("worker", help="run the background loops")
-    worker.add_argument(
-        "--once", action="store_true", help="run one pass, print the work done, and exit"
-    )
-    worker.add_argument("--idle-seconds", type=float, default=0.25)
-    worker.set_defaults(handler=cmd_worker)
+def register(top: click.Group, _admin: click.Group) -> None:
+    top.add_command(cmd_worker)
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
+@command("worker", help="run the background loops")
+@click.option("--once", is_flag=True, help="run one pass, print the work done, and exit")
+@click.option("--idle-seconds", type=float, default=0.25, show_default=True)
+def cmd_worker(once: bool, idle_seconds: float) -> int:
     from mercato.core.logs import configure_logging
     from mercato.dispatch.observed import ObservedProviderClient
     from mercato.worker.loops import run_once
     from mercato.worker.runner import run_forever
 
     runtime = runtime_from_env(ObservedProviderClient)
-    if not args.once:
+    if not once:
         configure_logging()  # JSON lines on stderr, secrets redacted (docs/deployment.md)
     with runtime.provider_client():  # closed when the worker stops
-        if args.once:
+        if once:
             print(asyncio.run(run_once(runtime)))
             return 0
-        run_forever(runtime, idle_seconds=args.idle_seconds)
+        run_forever(runtime, idle_seconds=idle_seconds)
     return 0

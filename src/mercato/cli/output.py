@@ -1,13 +1,13 @@
-"""CLI output: one JSON object with --json, else plain lines; errors map to exit codes."""
+"""CLI output: one JSON object with --json, else plain lines or a table; errors map to exit
+codes; progress bars on stderr only for a person at a terminal (decision 0301)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from mercato.core.errors import MercatoError
 
@@ -42,22 +42,6 @@ def bad_argument(error: BadArgument) -> int:
     text = " ".join(f"argument {error.argument}: {error.message}".split())  # always one line
     sys.stderr.write(f"error: {text}\n")
     return EXIT_USAGE
-
-
-def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse `type=` for a whole number from `low` to `high` (a bad one: exit 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            number = int(text.strip(), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
-        if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {number}")
-        return number
-
-    parse.__name__ = "whole number"  # argparse's fallback message names the type
-    return parse
 
 
 Naming = str | Callable[[MercatoError], str]
@@ -106,3 +90,52 @@ def fail(error: MercatoError) -> int:
     """Report a domain error on stderr and return the exit code."""
     sys.stderr.write(f"error: {error.code}: {error.message}\n")
     return EXIT_FAILURE
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[object]], *, empty: str) -> None:
+    """Print `rows` as a table under `columns` (human output; `--json` never comes here).
+
+    On a terminal the table fits its width; piped, it is as wide as its content, so no cell
+    is wrapped or cut and a line stays one row.
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = list(rows)
+    if not rows:
+        emit({}, as_json=False, text=empty)
+        return
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*(str(cell) for cell in row))
+    terminal = sys.stdout.isatty()
+    Console(file=sys.stdout, width=None if terminal else 10_000, soft_wrap=False).print(grid)
+    sys.stdout.flush()
+
+
+T = TypeVar("T")
+
+
+def shows_progress(*, as_json: bool = False) -> bool:
+    """Progress is drawn only for a person: stderr is a terminal and the output is not JSON."""
+    return not as_json and sys.stderr.isatty()
+
+
+def progress(items: Sequence[T], label: Callable[[T], str], *, shown: bool) -> Iterator[T]:
+    """Yield `items`, drawing a progress bar on stderr meanwhile when `shown` (else silent)."""
+    if not shown:
+        yield from items
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task("", total=len(items))
+        for item in items:
+            bar.update(task, description=label(item))
+            yield item
+            bar.advance(task)

@@ -2,25 +2,25 @@
 item 11): exit 2, exactly one line on stderr naming the argument, no traceback, nothing written.
 
 The commands run in-process through `mercato.cli.main.main` against both stores; the bad
-numbers and the missing arguments are generated from the parser itself, so a new command or
-option is covered without editing this file. `tests/functional/cli/` runs a few as real
+numbers and the missing arguments are generated from the click command tree itself, so a new
+command or option is covered without editing this file. `tests/functional/cli/` runs a few as real
 processes.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from sqlalchemy import select, text
 
 from builders.accounts import make_account
 from builders.catalog import SERVICE_CODE, example_contract, make_provider, publish
-from mercato.cli.main import build_parser, main
+from mercato.cli.main import build_cli, main
 from mercato.db.base import Base
 from mercato.db.runtime import Runtime
 from mercato.db.uow import Database
@@ -29,10 +29,10 @@ EMAIL = "a@example.com"
 NO_ONE = "nobody@example.com"
 
 
-def _admin_commands() -> dict[str, argparse.ArgumentParser]:
-    admin = build_parser()._subparsers._group_actions[0].choices["admin"]  # type: ignore[union-attr]
-    choices: dict[str, argparse.ArgumentParser] = admin._subparsers._group_actions[0].choices
-    return choices
+def _admin_commands() -> dict[str, click.Command]:
+    admin = build_cli().commands["admin"]
+    assert isinstance(admin, click.Group)
+    return dict(admin.commands)
 
 
 def _snapshot(db: Database) -> dict[str, list[str]]:
@@ -174,30 +174,29 @@ def test_every_bad_argument_exits_2_naming_it_and_writes_nothing(
     assert _snapshot(db) == before
 
 
-def _placeholder(action: argparse.Action) -> str:
-    return "x@example.com" if action.metavar == "EMAIL" else "placeholder"
+def _placeholder(param: click.Parameter) -> str:
+    return "x@example.com" if param.metavar == "EMAIL" else "placeholder"
 
 
 def test_generated_bad_numbers_and_missing_arguments(admin: Admin, db: Database) -> None:
     before = _snapshot(db)
     checked = 0
-    for name, parser in _admin_commands().items():
-        positionals = [a for a in parser._actions if not a.option_strings]
-        required = [a for a in parser._actions if a.required]
-        if required:  # nothing given: argparse names what is missing, on one line
+    for name, command in _admin_commands().items():
+        positionals = [p for p in command.params if isinstance(p, click.Argument)]
+        required = [p for p in command.params if p.required]
+        if required:  # nothing given: the line names everything that is missing
             _assert_refused(admin(name), "required")
             checked += 1
-        for action in parser._actions:
-            if action.type is None or action.type in (str, Path):
+        for param in command.params:
+            if param.type.name in ("text", "boolean", "path"):
                 continue
+            option = isinstance(param, click.Option)
             lead = (
-                [_placeholder(a) for a in positionals[: positionals.index(action)]]
-                if (action in positionals)
-                else []
+                [] if option else [_placeholder(p) for p in positionals[: positionals.index(param)]]
             )
-            label = action.option_strings[0] if action.option_strings else str(action.metavar)
+            label = param.opts[0] if option else str(param.metavar)
             for bad in ("-1", "twelve", "9" * 30, "1e3", ""):
-                argv = [*lead, bad] if not action.option_strings else [label, bad]
+                argv = [label, bad] if option else [*lead, bad]
                 _assert_refused(admin(name, *argv), label)
                 checked += 1
     assert checked > 20
