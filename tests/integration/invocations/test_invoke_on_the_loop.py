@@ -8,9 +8,12 @@ import asyncio
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
 import anyio.to_thread
-import pytest
+import httpx
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from builders.invocation_world import World
@@ -34,11 +37,41 @@ class Where:
         self.seen.append((point, threading.get_ident(), loop))
 
 
+_INVOKE = "/v1/services/acme.echo/versions/v1:invoke"
+
+
 def _serving_loop() -> tuple[asyncio.AbstractEventLoop, int]:
     return asyncio.get_running_loop(), threading.get_ident()
 
 
-@pytest.mark.timeout(120)  # a thread-pool hop blocks on the held token: fail, do not hang
+async def _invoke_watching_the_pool(
+    app: FastAPI, limiter: Any, body: dict[str, Any], headers: dict[str, str]
+) -> httpx.Response:
+    """Send one invoke to `app` on this (the serving) loop. The loop's thread pool has no
+    token, so a hop to it would wait: the watcher sees a task waiting on the limiter and
+    reports the hop instead of waiting with it."""
+    outcome: dict[str, Any] = {}
+    async with anyio.create_task_group() as group:
+
+        async def call() -> None:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+                outcome["response"] = await http.post(_INVOKE, json=body, headers=headers)
+            group.cancel_scope.cancel()
+
+        async def watch() -> None:
+            while limiter.statistics().tasks_waiting == 0:
+                await anyio.sleep(0.001)  # polls the pool; the call's end cancels it
+            outcome["hop"] = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(call)
+        group.start_soon(watch)
+    assert "hop" not in outcome, "the invoke route waited for the thread pool"
+    response: httpx.Response = outcome["response"]
+    return response
+
+
 def test_the_invoke_runs_on_the_serving_loop_and_builds_nothing_per_request(
     world: World,
 ) -> None:
@@ -54,30 +87,19 @@ def test_the_invoke_runs_on_the_serving_loop_and_builds_nothing_per_request(
     with TestClient(app, raise_server_exceptions=False) as client:
         loop, loop_thread = client.portal.call(_serving_loop)
         assert provider.made == 1 and provider.open_on(loop)  # made at start-up, on the loop
-        # Saturate the loop's thread pool: its only token is held for the whole test, so any
-        # run_in_threadpool / to_thread hop would wait for ever instead of answering.
+        # No thread for the loop's pool: any run_in_threadpool / to_thread hop would wait.
         limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)
-        client.portal.call(setattr, limiter, "total_tokens", 1)
-        holder = object()
-        client.portal.call(limiter.acquire_on_behalf_of_nowait, holder)
-        assert limiter.available_tokens == 0
+        client.portal.call(setattr, limiter, "total_tokens", 0)
 
-        headers = {"Authorization": f"Bearer {world.api_key}"}
+        def invoke(n: int, key: str) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {world.api_key}", "Idempotency-Key": key}
+            return client.portal.call(_invoke_watching_the_pool, app, limiter, {"n": n}, headers)
+
         answers = []
         for n in range(3):
             world.provider.script(ok({"echo": n}))
-            answers.append(
-                client.post(
-                    "/v1/services/acme.echo/versions/v1:invoke",
-                    json={"n": n},
-                    headers={**headers, "Idempotency-Key": f"loop-{n}"},
-                )
-            )
-        replay = client.post(
-            "/v1/services/acme.echo/versions/v1:invoke",
-            json={"n": 0},
-            headers={**headers, "Idempotency-Key": "loop-0"},
-        )
+            answers.append(invoke(n, f"loop-{n}"))
+        replay = invoke(0, "loop-0")
         assert [a.status_code for a in answers] == [200, 200, 200]
         assert [a.json()["result"] for a in answers] == [{"echo": 0}, {"echo": 1}, {"echo": 2}]
         assert answers[0].headers["RateLimit-Policy"]  # the quota read on the loop too
@@ -92,7 +114,7 @@ def test_the_invoke_runs_on_the_serving_loop_and_builds_nothing_per_request(
         assert provider.made == 1
         assert flows._validator.cache_info().misses == 2
         assert sum(world.provider.executions.values()) == 3
-        client.portal.call(limiter.release_on_behalf_of, holder)
+        client.portal.call(setattr, limiter, "total_tokens", 40)
 
     assert not provider.open_on(loop)  # closed at shutdown, on its loop
     assert world.balances() == (70, 0) and world.ledger_balanced()
