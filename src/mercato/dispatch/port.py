@@ -82,7 +82,7 @@ class PerLoopProvider:
         # by that loop's shutdown (`shutdown_asyncgens`, run by asyncio.run and anyio.run), so
         # a loop that ends without calling `aclose` (a test client without lifespan) does not
         # leave its sessions open.
-        keeper = _closes_with_loop(client)
+        keeper = self._closes_with_loop(loop, client)
         await keeper.__anext__()
         self._clients[loop] = (client, keeper)
         self.made += 1
@@ -128,13 +128,15 @@ class PerLoopProvider:
 
     async def aclose(self) -> None:
         """Close the running loop's client (the others belong to their own loops)."""
-        held = self._clients.pop(asyncio.get_running_loop(), None)
+        held = self._clients.get(asyncio.get_running_loop())
         if held is not None:
-            await held[1].aclose()  # its `finally` closes the client
+            await held[1].aclose()  # its `finally` forgets and closes the client
 
-
-async def _closes_with_loop(client: ClosableAsyncProvider) -> AsyncGenerator[None]:
-    try:
-        yield
-    finally:
-        await client.aclose()
+    async def _closes_with_loop(
+        self, loop: asyncio.AbstractEventLoop, client: ClosableAsyncProvider
+    ) -> AsyncGenerator[None]:
+        try:
+            yield
+        finally:
+            self._clients.pop(loop, None)
+            await client.aclose()
