@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     ready_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
+    # Steps one `mercato worker` runs at once in its fresh lane (the stuck lane gets a quarter
+    # of that, at least one, of its own); each may be waiting on a provider (decision 0340).
+    worker_concurrency: int = Field(default=32, ge=1, le=1024)
     # prometheus_client's own variable: set (by `serve --workers N`), /metrics aggregates the
     # series of every worker process from this directory.
     prometheus_multiproc_dir: str = Field(default="", validation_alias="PROMETHEUS_MULTIPROC_DIR")

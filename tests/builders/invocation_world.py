@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from builders.accounts import make_account, make_api_key
 from builders.catalog import approve_connection, example_contract, publish
+from builders.event_loops import run_on_fresh_loop
 from builders.invocations import CREDENTIAL, ScriptedProvider
 from mercato.core.clock import FakeClock, utcnow
 from mercato.db.runtime import Runtime
@@ -121,12 +122,12 @@ class World:
         self.clock.advance(advance)
         total = 0
         for _ in range(20):
-            done = loops.run_once(self.runtime, self.provider_client)
+            done = run_on_fresh_loop(loops.run_once(self.runtime))
             total += done
             if done == 0:
                 return total
             self.clock.advance(advance)
-        busy = {loop.__name__: loop(self.runtime, self.provider_client) for loop in loops.LOOPS}
+        busy = {loop.__name__: run_on_fresh_loop(loop(self.runtime)) for loop in loops.LOOPS}
         raise AssertionError(f"worker did not become idle: {busy}")
 
     def ledger_balanced(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 from mercato.cli.commands_core import runtime_from_env
@@ -26,9 +27,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     runtime = runtime_from_env(ObservedProviderClient)
     if not args.once:
         configure_logging()  # JSON lines on stderr, secrets redacted (docs/deployment.md)
-    with runtime.provider_client() as client:
+    with runtime.provider_client():  # closed when the worker stops
         if args.once:
-            print(run_once(runtime, client))
+            print(asyncio.run(run_once(runtime)))
             return 0
-        run_forever(runtime, client, idle_seconds=args.idle_seconds)
+        run_forever(runtime, idle_seconds=args.idle_seconds)
     return 0

@@ -1,145 +1,216 @@
-"""The durable background loops. Each `run_once(runtime, client) -> int` does one pass.
+"""The durable background loops, on an event loop. Each `x_once(runtime) -> int` does one pass.
 
-Work is found in the database and leased row by row (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
-a conditional UPDATE on SQLite), so any number of workers can share one database without
-doing a job twice; a worker that dies simply lets its leases expire.
+Work is found in the database and leased (`FOR UPDATE SKIP LOCKED` on PostgreSQL, a
+conditional UPDATE on SQLite), so any number of workers can share one database without doing a
+job twice; a worker that dies simply lets its leases expire. A worker only ever works the rows
+its own claim returned.
 
-Stuck calls (decision 0201) have a lane of their own: the fresh loops never claim them, so a
-pile of stuck calls, each perhaps waiting out a timeout at a dead address, cannot delay the
-reconciliation of any other call. `run_forever` runs the two lanes in separate threads.
+A lane works many calls at once (decision 0340): it claims as many due rows as it has free
+slots (`MERCATO_WORKER_CONCURRENCY`), starts their steps at once, and claims again each time a
+step ends, so a step waiting on a slow or dead provider holds one slot while the others go on.
+A row is claimed only when a slot is free for it, so its step starts at once and its lease
+(`flows.lease_seconds`, longer than a provider call may take) outlives the step.
+
+Stuck calls (decision 0201) have a lane of their own, with slots of their own: the fresh loops
+never claim them, so a pile of stuck calls, each perhaps waiting out a timeout at a dead address,
+cannot delay the reconciliation of any other call. Artifact ingestion and refund retries are
+sync code and run on a thread (`asyncio.to_thread`), never on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
-from mercato.dispatch.client import ProviderClient
-from mercato.dispatch.observed import AsyncObservedProviderClient
-from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import ACTIVE_STATES, State
 from mercato.providers import service as providers
+from mercato.settings import Settings
 from mercato.worker import refunds
 
 log = logging.getLogger("mercato.worker")
 
 BATCH = 20
+"""The fewest rows one loop works in one pass (`run_once`); a pass takes up to a lane's slots
+when it has more."""
 
 Step = Callable[[Runtime, str, str], Awaitable[None]]
+"""A worker step: `step(runtime, invocation_id, lease_owner)`, on a row the caller leased."""
 
 
-# --- TEMPORARY ADAPTER (h2): the flows are async; this sync worker runs each step on an event
-# loop of its own, with an async provider client made on that loop and closed with it. h3's
-# async worker replaces this whole module; remove the adapter then.
-def _run_step(runtime: Runtime, step: Step, invocation_id: str, owner: str) -> None:
-    if runtime.async_provider is None:
-        settings = runtime.settings
-        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
-    provider = runtime.async_provider
+def fresh_slots(settings: Settings) -> int:
+    """Steps the fresh lane runs at once."""
+    return settings.worker_concurrency
 
-    async def one_step() -> None:
+
+def stuck_slots(settings: Settings) -> int:
+    """Steps the stuck lane runs at once: a quarter of the fresh lane's, at least one. Stuck
+    calls are reconciled at the slowest pace, so they never need many."""
+    return max(1, settings.worker_concurrency // 4)
+
+
+async def _claim_due(
+    runtime: Runtime, kind: Claiming, owner: str, limit: int
+) -> list[tuple[str, str | None]]:
+    async with runtime.adb.transaction() as conn:
+        return await invocations.claim_due.aio(
+            conn,
+            states=kind.states,
+            lease_owner=owner,
+            lease_seconds=flows.lease_seconds(runtime),
+            now=runtime.clock.now(),
+            limit=limit,
+            stuck=kind.stuck,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Claiming:
+    """A loop that leases due rows in `states` (of the stuck lane when `stuck`) and runs
+    `step` on each."""
+
+    name: str
+    states: tuple[State, ...]
+    step: Step
+    stuck: bool = False
+
+
+# (c) Take over calls whose processing lease expired mid-flight: reconcile, never resend.
+RECOVER = Claiming("recover", (State.DISPATCHING,), flows.reconcile)
+# (b) Ask the provider about unknown outcomes until the answer is definite.
+RECONCILE = Claiming("reconcile", (State.RECONCILING,), flows.reconcile)
+# (a) Send again what the provider proved it never accepted, once its backoff is due.
+REDISPATCH = Claiming("redispatch", (State.RETRY_WAIT,), flows.redispatch)
+# (f) Keep reconciling stuck calls at their slowest pace, in their own lane.
+STUCK = Claiming("stuck", ACTIVE_STATES, flows.work_stuck, stuck=True)
+
+FRESH_CLAIMING: tuple[Claiming, ...] = (RECOVER, RECONCILE, REDISPATCH)
+STUCK_CLAIMING: tuple[Claiming, ...] = (STUCK,)
+
+
+async def _work(
+    runtime: Runtime, kind: Claiming, claimed: tuple[str, str | None], owner: str
+) -> None:
+    invocation_id, request_id = claimed
+    # Every line of this step names the call and the request that accepted it (0276); the
+    # task has its own copy of the context, so the steps running beside it keep theirs.
+    with about_invocation(invocation_id, request_id):
         try:
-            await step(runtime, invocation_id, owner)
-        finally:
-            if isinstance(provider, PerLoopProvider):
-                await provider.aclose()
+            await kind.step(runtime, invocation_id, owner)
+        except Exception:
+            # The lease expires and another pass retries; nothing was half-committed.
+            log.exception("invocation %s: step failed", invocation_id)
 
+
+class Slots:
+    """The steps of one lane in flight, at most `size` of them."""
+
+    def __init__(self, runtime: Runtime, size: int) -> None:
+        self.runtime = runtime
+        self.size = size
+        self.running: set[asyncio.Task[None]] = set()
+
+    @property
+    def busy(self) -> int:
+        """Steps in flight now."""
+        self.running = {task for task in self.running if not task.done()}
+        return len(self.running)
+
+    @property
+    def free(self) -> int:
+        return self.size - self.busy
+
+    async def fill(self, kind: Claiming, limit: int) -> tuple[int, bool]:
+        """Lease up to `limit` due rows of `kind` (never more than the free slots) and start
+        their steps; (rows started, whether that was all that was due)."""
+        want = min(self.free, limit)
+        if want <= 0:
+            return 0, False
+        owner = self.runtime.ids.new("lease")
+        claimed = await _claim_due(self.runtime, kind, owner, want)
+        for row in claimed:
+            task = asyncio.create_task(_work(self.runtime, kind, row, owner), name=kind.name)
+            self.running.add(task)
+        return len(claimed), len(claimed) < want
+
+    async def wait_one(self, also: asyncio.Future[Any] | None = None) -> None:
+        """Until a step in flight ends (or `also` does)."""
+        waiting: set[asyncio.Future[Any]] = set(self.running)
+        if also is not None:
+            waiting.add(also)
+        if waiting:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+
+    async def finish(self) -> None:
+        """Until every step in flight has ended (each is bounded by its own timeouts)."""
+        if self.running:
+            await asyncio.wait(self.running)
+        self.running.clear()
+
+
+async def drain(runtime: Runtime, kind: Claiming, size: int) -> int:
+    """One pass of `kind`: work its due rows, `size` at once, claiming again as each step ends,
+    until none is due or the pass has taken `max(BATCH, size)`; return rows worked."""
+    slots = Slots(runtime, size)
+    limit = max(BATCH, size)
+    taken, exhausted = 0, False
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(one_step())
-        return
-    outcome: dict[str, Any] = {}  # this thread carries a loop already: use a fresh thread
-
-    def target() -> None:
-        try:
-            asyncio.run(one_step())
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, name="worker-step")
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
+        while True:
+            if not exhausted and taken < limit and slots.free:
+                started, exhausted = await slots.fill(kind, limit - taken)
+                taken += started
+                continue
+            if not slots.busy:
+                return taken
+            await slots.wait_one()
+    finally:
+        await slots.finish()
 
 
-def _drain(
-    runtime: Runtime,
-    client: ProviderClient,
-    states: tuple[State, ...],
-    step: Step,
-    *,
-    stuck: bool = False,
-) -> int:
-    """Lease due rows in `states` (of one lane) one at a time and run `step` on each; return
-    rows handled."""
-    done = 0
-    for _ in range(BATCH):
-        owner = runtime.ids.new("lease")
-        with runtime.db.transaction() as session:
-            claimed = invocations.claim_due(
-                session,
-                states=states,
-                lease_owner=owner,
-                lease_seconds=flows.lease_seconds(runtime),
-                now=runtime.clock.now(),
-                limit=1,
-                stuck=stuck,
-            )
-        if not claimed:
-            break
-        invocation_id, request_id = claimed[0]
-        # Every line of this step names the call and the request that accepted it (0276).
-        with about_invocation(invocation_id, request_id):
-            try:
-                _run_step(runtime, step, invocation_id, owner)
-            except Exception:
-                # The lease expires and another pass retries; nothing was half-committed.
-                log.exception("invocation %s: step failed", invocation_id)
-        done += 1
-    return done
-
-
-def redispatch_once(runtime: Runtime, client: ProviderClient) -> int:
+async def redispatch_once(runtime: Runtime) -> int:
     """(a) Send again what the provider proved it never accepted, once its backoff is due."""
-    return _drain(runtime, client, (State.RETRY_WAIT,), flows.redispatch)
+    return await drain(runtime, REDISPATCH, fresh_slots(runtime.settings))
 
 
-def reconcile_once(runtime: Runtime, client: ProviderClient) -> int:
+async def reconcile_once(runtime: Runtime) -> int:
     """(b) Ask the provider about unknown outcomes until the answer is definite."""
-    return _drain(runtime, client, (State.RECONCILING,), flows.reconcile)
+    return await drain(runtime, RECONCILE, fresh_slots(runtime.settings))
 
 
-def recover_once(runtime: Runtime, client: ProviderClient) -> int:
+async def recover_once(runtime: Runtime) -> int:
     """(c) Take over calls whose processing lease expired mid-flight: reconcile, never resend."""
-    return _drain(runtime, client, (State.DISPATCHING,), flows.reconcile)
+    return await drain(runtime, RECOVER, fresh_slots(runtime.settings))
 
 
-def stuck_once(runtime: Runtime, client: ProviderClient) -> int:
+async def stuck_once(runtime: Runtime) -> int:
     """(f) Keep reconciling stuck calls at their slowest pace, in their own lane."""
-    return _drain(runtime, client, ACTIVE_STATES, flows.work_stuck, stuck=True)
+    return await drain(runtime, STUCK, stuck_slots(runtime.settings))
 
 
-def artifacts_once(runtime: Runtime, client: ProviderClient) -> int:
-    """(d) Pull the artifacts of settled calls."""
-    return artifact_flows.ingest_once(runtime, client, resolve_target=providers.get_dispatch_target)
+def _ingest(runtime: Runtime) -> int:
+    return artifact_flows.ingest_once(
+        runtime, runtime.provider_client(), resolve_target=providers.get_dispatch_target
+    )
 
 
-def refunds_once(runtime: Runtime, _client: ProviderClient) -> int:
-    """(e) Retry the refunds of approved disputes that could not post yet."""
-    return refunds.run_once(runtime)
+async def artifacts_once(runtime: Runtime) -> int:
+    """(d) Pull the artifacts of settled calls (sync code, on a thread)."""
+    return await asyncio.to_thread(_ingest, runtime)
 
 
-Loop = Callable[[Runtime, ProviderClient], int]
+async def refunds_once(runtime: Runtime) -> int:
+    """(e) Retry the refunds of approved disputes that could not post yet (sync, on a thread)."""
+    return await asyncio.to_thread(refunds.run_once, runtime)
+
+
+Loop = Callable[[Runtime], Coroutine[Any, Any, int]]
 
 LOOPS: tuple[Loop, ...] = (
     recover_once,
@@ -151,11 +222,14 @@ LOOPS: tuple[Loop, ...] = (
 STUCK_LOOPS: tuple[Loop, ...] = (stuck_once,)
 
 
-def run_lane(runtime: Runtime, client: ProviderClient, lane: tuple[Loop, ...]) -> int:
-    """One pass of the loops of one lane; returns the work done (0 when idle)."""
-    return sum(loop(runtime, client) for loop in lane)
+async def run_lane(runtime: Runtime, lane: tuple[Loop, ...]) -> int:
+    """One pass of the loops of one lane, in order; returns the work done (0 when idle)."""
+    done = 0
+    for loop in lane:
+        done += await loop(runtime)
+    return done
 
 
-def run_once(runtime: Runtime, client: ProviderClient) -> int:
+async def run_once(runtime: Runtime) -> int:
     """One pass of every loop, fresh work first; returns the total work done (0 when idle)."""
-    return run_lane(runtime, client, LOOPS) + run_lane(runtime, client, STUCK_LOOPS)
+    return await run_lane(runtime, LOOPS) + await run_lane(runtime, STUCK_LOOPS)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World, running_world
 from builders.invocations import scripted_provider, unknown
 from builders.platform_process import mercato as run_mercato
@@ -38,7 +39,7 @@ def _stuck_call(world: World) -> str:
     assert response.status_code == 202
     world.provider.script_reconciliation(unknown())
     world.clock.advance(3600)
-    loops.run_once(world.runtime, world.provider_client)
+    run_on_fresh_loop(loops.run_once(world.runtime))
     return str(response.json()["invocationId"])
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from builders.accounts import bearer, make_account, make_api_key
 from builders.catalog import approve_connection, example_contract, publish
+from builders.event_loops import run_on_fresh_loop
 from builders.servers import serve_in_thread, stop_server
 from mercato.core.clock import FakeClock, utcnow
 from mercato.db.runtime import Runtime
@@ -176,7 +177,8 @@ def test_invoke_then_worker_ingests_then_owner_downloads(
         if before.status_code == 503:  # not pulled synchronously: the worker does it
             assert before.json()["code"] == "ARTIFACT_NOT_READY"
             platform.clock.advance(1)  # type: ignore[attr-defined]
-            assert loops.run_once(platform, provider_client) >= 1
+            worker = dataclasses.replace(platform, provider=provider_client)
+            assert run_on_fresh_loop(loops.run_once(worker)) >= 1
 
         downloaded = http.get(path, headers=bearer(key))
         assert downloaded.status_code == 200, downloaded.text

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from builders.catalog import approve_connection
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World
 from builders.invocations import ScriptedProvider, scripted_provider, unknown
 from mercato.invocations import service as invocations
@@ -89,7 +90,7 @@ def test_a_new_credential_never_goes_to_the_old_address(
     _move(world, invocation_id, base_url=elsewhere.url, credential="rotated-credential-0123456789")
 
     world.clock.advance(3600)
-    loops.run_once(world.runtime, world.provider_client)
+    run_on_fresh_loop(loops.run_once(world.runtime))
 
     # The credential that reached the old address is gone; the new one must not follow it
     # there, and the new address cannot tell. The call stays unknown, its points reserved.

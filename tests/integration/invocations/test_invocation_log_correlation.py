@@ -4,6 +4,7 @@ both stores."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World
 from builders.invocations import unknown
 from mercato.core.logs import json_handler
@@ -57,7 +59,8 @@ def test_worker_lines_about_a_call_join_the_request_that_made_it(
     logs.seek(0)
     world.clock.advance(3600)
     with ObservedProviderClient(world.runtime.settings) as client:
-        assert loops.reconcile_once(world.runtime, client) == 2
+        observed = dataclasses.replace(world.runtime, provider=client)
+        assert run_on_fresh_loop(loops.reconcile_once(observed)) == 2
     worker = _lines(logs)
     calls = [line for line in worker if line["msg"] == "provider call"]
     assert len(calls) == 2 and all(line["operation"] == "reconcile" for line in calls)
@@ -81,6 +84,7 @@ def test_a_call_accepted_without_a_request_id_gets_the_generated_one(
     logs.truncate(0)
     logs.seek(0)
     with ObservedProviderClient(world.runtime.settings) as client:
-        assert loops.reconcile_once(world.runtime, client) == 1
+        observed = dataclasses.replace(world.runtime, provider=client)
+        assert run_on_fresh_loop(loops.reconcile_once(observed)) == 1
     calls = [line for line in _lines(logs) if line["msg"] == "provider call"]
     assert [line["request_id"] for line in calls] == [generated]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World, running_world
 from builders.invocations import Act, ScriptedProvider, envelope, unknown
 from mercato.invocations import service as invocations
@@ -42,7 +43,7 @@ def _reconcile_unknown(world: World, times: int, calls: int = 1) -> None:
     for _ in range(times):
         world.provider.script_reconciliation(*[unknown() for _ in range(calls)])
         world.clock.advance(3600)
-        loops.run_once(world.runtime, world.provider_client)
+        run_on_fresh_loop(loops.run_once(world.runtime))
 
 
 def _stuck_ids(world: World) -> list[str]:
@@ -79,9 +80,9 @@ def test_a_call_unknown_after_n_reconciliations_is_stuck_with_its_points_held(
     # It is still reconciled, at the slowest pace: not due for at least 150 s.
     key = world.provider_key(invocation_id)
     world.clock.advance(149)
-    assert loops.run_once(world.runtime, world.provider_client) == 0
+    assert run_on_fresh_loop(loops.run_once(world.runtime)) == 0
     world.clock.advance(152)
-    assert loops.run_once(world.runtime, world.provider_client) == 1
+    assert run_on_fresh_loop(loops.run_once(world.runtime)) == 1
     assert world.provider.reconciliations[key] == 3  # the stored outcome: it settles
     assert world.get(f"/v1/invocations/{invocation_id}").json()["settlement"] == "SETTLED"
     assert _stuck_ids(world) == []
@@ -112,12 +113,12 @@ def test_a_pile_of_stuck_calls_never_delays_a_fresh_one(world: World) -> None:
     fresh = _unknown_call(world, key="fresh")
     world.clock.advance(3600)  # every stuck call and the fresh one are due together
 
-    assert loops.reconcile_once(world.runtime, world.provider_client) == 1
+    assert run_on_fresh_loop(loops.reconcile_once(world.runtime)) == 1
 
     assert world.provider.reconciliations[world.provider_key(fresh)] == 1
     assert world.get(f"/v1/invocations/{fresh}").json()["settlement"] == "SETTLED"
     assert {i: world.provider.reconciliations[world.provider_key(i)] for i in pile} == asked
-    assert loops.stuck_once(world.runtime, world.provider_client) == loops.BATCH
+    assert run_on_fresh_loop(loops.stuck_once(world.runtime)) == loops.BATCH
 
 
 def test_staff_resolve_a_stuck_call_once_and_the_receipt_says_so(world: World) -> None:
@@ -142,7 +143,7 @@ def test_staff_resolve_a_stuck_call_once_and_the_receipt_says_so(world: World) -
     with pytest.raises(InvocationAlreadyResolved):
         _resolve(world, invocation_id, Decision.SUCCEEDED)
     world.clock.advance(3600)
-    assert loops.run_once(world.runtime, world.provider_client) == 0
+    assert run_on_fresh_loop(loops.run_once(world.runtime)) == 0
     assert world.balances() == (100, 0) and world.earnings() == 0
     assert _stuck_ids(world) == []
 
@@ -177,7 +178,7 @@ def test_a_resolution_racing_a_late_answer_moves_the_points_once(world: World) -
     stored = envelope("SUCCEEDED", result={"echo": {"n": 1}})
     world.provider.script_reconciliation(Act(200, stored, gate=gate, arrived=asked))
     world.clock.advance(3600)
-    worker = threading.Thread(target=loops.run_once, args=(world.runtime, world.provider_client))
+    worker = threading.Thread(target=lambda: run_on_fresh_loop(loops.run_once(world.runtime)))
     worker.start()
     assert asked.wait(30)
     view = _resolve(world, invocation_id, Decision.FAILED)

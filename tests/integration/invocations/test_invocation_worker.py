@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import SERVICE, World
 from builders.invocations import retryable, unknown
 from mercato.catalog import service as catalog
@@ -42,7 +43,7 @@ def accept_without_sending(world: World, key: str = "crashed") -> str:
 
 def test_live_lease_is_left_alone_and_replay_is_409(world: World) -> None:
     accept_without_sending(world)
-    assert loops.run_once(world.runtime, world.provider_client) == 0
+    assert run_on_fresh_loop(loops.run_once(world.runtime)) == 0
     response = world.invoke({"n": 1}, key="crashed")
     assert response.status_code == 409
     assert response.json()["code"] == "IDEMPOTENCY_KEY_IN_USE"
@@ -124,7 +125,7 @@ def test_reconciliation_waits_for_its_backoff(world: World) -> None:
     world.provider.script(unknown())
     response = world.invoke({"n": 1})
     key = world.provider_key(response.json()["invocationId"])
-    assert loops.run_once(world.runtime, world.provider_client) == 0  # not yet due
+    assert run_on_fresh_loop(loops.run_once(world.runtime)) == 0  # not yet due
     assert world.provider.reconciliations[key] == 0
     world.work()
     assert world.provider.reconciliations[key] == 1
@@ -141,7 +142,7 @@ def test_concurrent_workers_never_take_the_same_row(world: World) -> None:
 
     def work() -> None:
         barrier.wait()
-        done.append(loops.reconcile_once(world.runtime, world.provider_client))
+        done.append(run_on_fresh_loop(loops.reconcile_once(world.runtime)))
 
     threads = [threading.Thread(target=work) for _ in range(3)]
     for thread in threads:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World
 from builders.invocations import unknown
 from builders.pages import Browser, field_error
@@ -15,7 +16,7 @@ def _stuck_call(world: World) -> str:
     for _ in range(world.runtime.settings.stuck_after_attempts):
         world.provider.script_reconciliation(unknown())
         world.clock.advance(3600)
-        loops.run_once(world.runtime, world.provider_client)
+        run_on_fresh_loop(loops.run_once(world.runtime))
     return invocation_id
 
 

@@ -344,11 +344,7 @@ class Simulation:
 
     async def _worker_pass(self) -> int:
         """One pass of every worker loop, as `mercato worker` runs it."""
-        # TEMPORARY SHIM (h6, until h3's async worker lands; the coordinator removes it at
-        # merge): h2's interim `run_once(runtime, client)` is sync and runs each async step on a
-        # loop of its own thread while this loop waits (still one sequential schedule). With
-        # h3's worker this line is `return await run_once(self.world.runtime)`.
-        return run_once(self.world.runtime, self.world.provider_client)
+        return await run_once(self.world.runtime)
 
     # --- calling the platform and judging its answers --------------------------------------
 

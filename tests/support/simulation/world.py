@@ -148,6 +148,9 @@ def build_world(
         idempotency_lease_seconds=30,
         default_quota_limit=60,
         default_quota_window_seconds=60,
+        # One worker step at a time: the worker's own concurrency would interleave its steps
+        # by the database driver's timing, not by the seed (decision 0351).
+        worker_concurrency=1,
     )
     provider = SimProvider(rng=rng, recorder=recorder, max_sends=1 + settings.redispatch_attempts)
     client = ProviderClient(settings, transport=provider.transport())
