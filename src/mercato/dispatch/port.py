@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from mercato.dispatch.transport import RawAnswer
@@ -57,26 +57,35 @@ class ClosableAsyncProvider(AsyncProvider, Protocol):
 
 
 class PerLoopProvider:
-    """An `AsyncProvider` that makes one client with `make()` per running loop, on that loop."""
+    """An `AsyncProvider` that makes one client with `make()` per running loop, on that loop,
+    and closes it when the loop shuts down (or earlier, with `aclose` on that loop)."""
 
     def __init__(self, make: Callable[[], ClosableAsyncProvider]) -> None:
         self._make = make
         self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, ClosableAsyncProvider
+            asyncio.AbstractEventLoop, tuple[ClosableAsyncProvider, AsyncGenerator[None]]
         ] = weakref.WeakKeyDictionary()
         self.made = 0
         """How many clients were made (one per loop that made a call)."""
 
-    def open(self) -> None:
+    async def open(self) -> None:
         """Make the running loop's client now (a server's start-up), not at its first call."""
-        self._client()
+        await self._client()
 
-    def _client(self) -> ClosableAsyncProvider:
+    async def _client(self) -> ClosableAsyncProvider:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._make()
-            self.made += 1
+        held = self._clients.get(loop)
+        if held is not None:
+            return held[0]
+        client = self._make()
+        # The loop closes what it made: an async generator first iterated on a loop is closed
+        # by that loop's shutdown (`shutdown_asyncgens`, run by asyncio.run and anyio.run), so
+        # a loop that ends without calling `aclose` (a test client without lifespan) does not
+        # leave its sessions open.
+        keeper = _closes_with_loop(client)
+        await keeper.__anext__()
+        self._clients[loop] = (client, keeper)
+        self.made += 1
         return client
 
     async def execute(
@@ -88,7 +97,8 @@ class PerLoopProvider:
         response_max_bytes: int,
         timeout: float,
     ) -> RawAnswer:
-        return await self._client().execute(
+        client = await self._client()
+        return await client.execute(
             target,
             idempotency_key=idempotency_key,
             payload_bytes=payload_bytes,
@@ -104,15 +114,27 @@ class PerLoopProvider:
         response_max_bytes: int,
         timeout: float,
     ) -> RawAnswer:
-        return await self._client().reconcile(
+        client = await self._client()
+        return await client.reconcile(
             target,
             idempotency_key=idempotency_key,
             response_max_bytes=response_max_bytes,
             timeout=timeout,
         )
 
+    def open_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether `loop` has a client open now."""
+        return loop in self._clients
+
     async def aclose(self) -> None:
         """Close the running loop's client (the others belong to their own loops)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        held = self._clients.pop(asyncio.get_running_loop(), None)
+        if held is not None:
+            await held[1].aclose()  # its `finally` closes the client
+
+
+async def _closes_with_loop(client: ClosableAsyncProvider) -> AsyncGenerator[None]:
+    try:
+        yield
+    finally:
+        await client.aclose()

@@ -468,10 +468,15 @@ def _claim_statement(states: tuple[State, ...], stuck: bool) -> Any:
         .order_by(_c.next_attempt_at)
         .limit(bindparam("p_limit"))
         .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
+        # Materialized: picked once. As a plain sub-SELECT, PostgreSQL may scan it again for
+        # each row it updates, and a rescan skips the rows this very UPDATE just leased (no
+        # longer free) and picks more than `limit`.
+        .cte("due")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
     )
     return (
         update(_t)
-        .where(_c.id.in_(due.scalar_subquery()), _states_in(states), free)
+        .where(_c.id.in_(select(due.c.id)), _states_in(states), free)
         .values(
             lease_owner=_p("lease_owner", _c.lease_owner),
             lease_expires_at=_p("lease_expires_at", _c.lease_expires_at),
@@ -498,7 +503,7 @@ def claim_due(
     one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other. Each
     comes as (invocation id, id of the request that accepted it, if any).
 
-    One statement: an UPDATE of the rows a sub-SELECT picks. PostgreSQL: the sub-SELECT is
+    One statement: an UPDATE of the rows a materialized CTE picks. PostgreSQL: the pick is
     `FOR UPDATE SKIP LOCKED`, so concurrent workers pick disjoint rows. SQLite: writers are
     serialised, and the UPDATE's own condition decides anyway.
     """

@@ -35,7 +35,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if owned is not None:
-            owned.open()
+            await owned.open()
         try:
             yield
         finally:

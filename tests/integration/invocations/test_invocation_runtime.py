@@ -55,7 +55,11 @@ def test_an_invoke_passes_the_engine_failpoints_in_order(world: World) -> None:
 
 def test_the_inline_retry_sleeps_through_the_runtime_with_its_jitter(world: World) -> None:
     slept: list[float] = []
-    world = _rebuild(world, sleep=slept.append, random=random.Random(7))
+
+    async def asleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    world = _rebuild(world, asleep=asleep, random=random.Random(7))
     world.provider.script(retryable(), ok())
 
     assert world.invoke({"n": 1}).status_code == 200
