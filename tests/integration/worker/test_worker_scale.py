@@ -4,16 +4,21 @@ a stop lets the steps in flight finish."""
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import Act, ScriptedProvider, envelope, scripted_provider, unknown
-from builders.platform_process import wait_for
+from builders.platform_process import Worker as WorkerProcess
+from builders.platform_process import platform_env, wait_for
 from builders.worker_world import (
     WaveProvider,
     accept_unsent,
@@ -21,6 +26,7 @@ from builders.worker_world import (
     grant,
     worker_running,
 )
+from mercato.core.clock import utcnow
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.invocations.models import Invocation
@@ -133,14 +139,61 @@ def test_two_workers_side_by_side_conclude_every_call_once(world: World) -> None
         other_client.close()
         other.db.dispose()
 
+    _each_concluded_once(world, ids)
+
+
+def test_two_worker_processes_conclude_every_call_once(world: World, tmp_path: Path) -> None:
+    count = 60
+    ids = accept_unsent(world, count, lease_seconds=3600)  # a serve process died after accepting
+    env = platform_env(
+        world.runtime.settings.resolved_database_url,
+        tmp_path / "worker-data",
+        MERCATO_WORKER_CONCURRENCY="4",
+        MERCATO_PROVIDER_TIMEOUT_SECONDS="30",
+    )
+    logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
+    workers = [WorkerProcess(env, log) for log in logs]
+    try:
+        for log in logs:
+            wait_for(functools.partial(_started, log), what="a worker to start")
+        # Both are polling: the dead process's leases run out now (in real time).
+        with world.runtime.db.transaction() as session:
+            session.execute(
+                update(Invocation)
+                .where(Invocation.lease_owner == "dead-process")
+                .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+            )
+        wait_for(lambda: _settled(world, ids), what="every call to settle", timeout=180)
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert all(worker.process.returncode == 0 for worker in workers)  # a clean SIGTERM stop
+    _each_concluded_once(world, ids)
+    # Each call was worked by one worker only, and both took their share.
+    worked = [_calls_in(log) for log in logs]
+    assert worked[0] | worked[1] == set(ids) and not worked[0] & worked[1]
+    assert worked[0] and worked[1]
+
+
+def _started(log: Path) -> bool:
+    return "worker started" in log.read_text()
+
+
+def _calls_in(log: Path) -> set[str]:
+    """The calls a worker's JSON log lines name."""
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    return {line["invocation_id"] for line in lines if "invocation_id" in line}
+
+
+def _each_concluded_once(world: World, ids: list[str]) -> None:
     for invocation_id in ids:
         key = world.provider_key(invocation_id)
         # Asked once ("never accepted"), then sent once: nothing was done twice.
         assert world.provider.reconciliations[key] == 1, key
         assert world.provider.executions[key] == 1, key
         assert world.provider.business[key] == 1, key
-    assert world.reservations("SETTLED") == count
-    assert world.balances() == (10_100 - 10 * count, 0) and world.ledger_balanced()
+    assert world.reservations("SETTLED") == len(ids)
+    assert world.balances() == (10_100 - 10 * len(ids), 0) and world.ledger_balanced()
 
 
 def test_a_stopped_worker_lets_its_steps_in_flight_finish(world: World) -> None:
