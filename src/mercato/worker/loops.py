@@ -28,6 +28,8 @@ from typing import Any
 from mercato.artifacts import flows as artifact_flows
 from mercato.core.logs import about_invocation
 from mercato.db.runtime import Runtime
+from mercato.dispatch.observed import AsyncObservedProviderClient
+from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import ACTIVE_STATES, State
@@ -155,9 +157,19 @@ class Slots:
         self.running.clear()
 
 
+def with_async_provider(runtime: Runtime) -> None:
+    """Give a Runtime built without an async provider client the observed one, one per event
+    loop, as the app does (kept from h2's interim worker adapter at the h2+h3 merge; the
+    coordinator may move it to the worker's edge)."""
+    if runtime.async_provider is None:
+        settings = runtime.settings
+        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
+
+
 async def drain(runtime: Runtime, kind: Claiming, size: int) -> int:
     """One pass of `kind`: work its due rows, `size` at once, claiming again as each step ends,
     until none is due or the pass has taken `max(BATCH, size)`; return rows worked."""
+    with_async_provider(runtime)
     slots = Slots(runtime, size)
     limit = max(BATCH, size)
     taken, exhausted = 0, False

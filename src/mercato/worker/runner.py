@@ -29,6 +29,7 @@ from mercato.worker.loops import (
     fresh_slots,
     refunds_once,
     stuck_slots,
+    with_async_provider,
 )
 
 log = logging.getLogger("mercato.worker")
@@ -51,6 +52,7 @@ def run_forever(
 
 
 async def _serve(runtime: Runtime, idle_seconds: float, stop: threading.Event) -> None:
+    with_async_provider(runtime)
     loop = asyncio.get_running_loop()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
