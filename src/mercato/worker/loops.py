@@ -127,7 +127,8 @@ class Slots:
 
     @property
     def free(self) -> int:
-        return self.size - self.busy
+        """Slots free now (never negative, even if a claim ever returned more rows than asked)."""
+        return max(0, self.size - self.busy)
 
     async def fill(self, kind: Claiming, limit: int) -> tuple[int, bool]:
         """Lease up to `limit` due rows of `kind` (never more than the free slots) and start
@@ -157,15 +158,26 @@ class Slots:
         self.running.clear()
 
 
+def with_async_provider(runtime: Runtime) -> Runtime:
+    """`runtime`, carrying the async provider client the flows call: the one its builder gave
+    (a test's, the simulation's), else the observed client, one per event loop, closed with
+    its loop (`mercato.dispatch.port.PerLoopProvider`), as the serve process has it."""
+    if runtime.async_provider is None:
+        settings = runtime.settings
+        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
+    return runtime
+
+
 async def drain(runtime: Runtime, kind: Claiming, size: int) -> int:
     """One pass of `kind`: work its due rows, `size` at once, claiming again as each step ends,
     until none is due or the pass has taken `max(BATCH, size)`; return rows worked."""
+    with_async_provider(runtime)
     slots = Slots(runtime, size)
     limit = max(BATCH, size)
     taken, exhausted = 0, False
     try:
         while True:
-            if not exhausted and taken < limit and slots.free:
+            if not exhausted and taken < limit and slots.free > 0:
                 started, exhausted = await slots.fill(kind, limit - taken)
                 taken += started
                 continue
@@ -232,17 +244,6 @@ async def run_lane(runtime: Runtime, lane: tuple[Loop, ...]) -> int:
     return done
 
 
-def with_async_provider(runtime: Runtime) -> Runtime:
-    """`runtime`, carrying the async provider client the flows call: the one its builder gave
-    (a test's, the simulation's), else the observed client, one per event loop, closed with
-    its loop (`mercato.dispatch.port.PerLoopProvider`), as the serve process has it."""
-    if runtime.async_provider is None:
-        settings = runtime.settings
-        runtime.async_provider = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
-    return runtime
-
-
 async def run_once(runtime: Runtime) -> int:
     """One pass of every loop, fresh work first; returns the total work done (0 when idle)."""
-    with_async_provider(runtime)
     return await run_lane(runtime, LOOPS) + await run_lane(runtime, STUCK_LOOPS)

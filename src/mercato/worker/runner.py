@@ -45,7 +45,6 @@ def run_forever(
     SIGTERM/SIGINT arrives, when called on the main thread); look for new work every
     `idle_seconds` while a lane has free slots and found nothing due."""
     stop = stop or threading.Event()
-    with_async_provider(runtime)
     try:
         asyncio.run(_serve(runtime, idle_seconds, stop))
     finally:
@@ -53,6 +52,7 @@ def run_forever(
 
 
 async def _serve(runtime: Runtime, idle_seconds: float, stop: threading.Event) -> None:
+    with_async_provider(runtime)
     loop = asyncio.get_running_loop()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -148,9 +148,8 @@ def build_world(
         idempotency_lease_seconds=30,
         default_quota_limit=60,
         default_quota_window_seconds=60,
-        # One step at a time: the worker's concurrent steps would interleave by real I/O timing
-        # (PostgreSQL round trips, SQLite's write-lock polling), and the same seed must give the
-        # same trace. The worker's concurrency has its own tests (tests/*/worker).
+        # One worker step at a time: the worker's own concurrency would interleave its steps
+        # by the database driver's timing, not by the seed (decision 0351).
         worker_concurrency=1,
     )
     provider = SimProvider(rng=rng, recorder=recorder, max_sends=1 + settings.redispatch_attempts)
