@@ -59,6 +59,18 @@ class Options:
     out_dir: Path = RESULTS
     chart: bool = True
     say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr, flush=True))
+    step: Callable[[str], None] = field(default=lambda _label: None)
+    """Called as each measurement starts, with what it measures (a progress bar's hook)."""
+
+
+MEASUREMENTS_PER_RUN = 10
+"""How many times `run_scenarios(..., full=True)` calls `step`."""
+
+
+def measurements(options: Options) -> int:
+    """How many measurements a run of `options` makes (the progress bar's total)."""
+    per_store = MEASUREMENTS_PER_RUN * (2 if options.growth else 1)
+    return per_store * len(options.stores)
 
 
 # --- processes ---------------------------------------------------------------------------
@@ -406,14 +418,22 @@ def receipts_depth(target: Target, pages: int) -> dict[str, Any]:
 
 
 def run_scenarios(
-    target: Target, *, tag: str, concurrency: int, duration: float, full: bool
+    target: Target,
+    *,
+    tag: str,
+    concurrency: int,
+    duration: float,
+    full: bool,
+    step: Callable[[str], None] = lambda _label: None,
 ) -> dict[str, Any]:
     """The lean provider alone, then the platform calling it, with the same load; then the SDK
-    provider alone and through the platform (the second line); then replays, catalog, receipts."""
+    provider alone and through the platform (the second line); then replays, catalog, receipts.
+    `step(label)` is called as each measurement starts."""
     out: dict[str, Any] = {}
     provider, platform = target.provider_pid, target.platform_pid
 
     def direct(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
+        step(f"{tag}: the {'SDK' if sdk else 'lean'} provider alone, {clients} client(s)")
         factory = direct_factory(target, tag + suffix)
         url, pid = (
             (target.sdk_provider, target.sdk_provider_pid) if sdk else (target.provider, provider)
@@ -425,6 +445,7 @@ def run_scenarios(
 
     def invokes(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
         path = SDK_INVOKE_PATH if sdk else INVOKE_PATH
+        step(f"{tag}: invoke{' (SDK provider)' if sdk else ''}, {clients} client(s)")
         return measured(
             platform,
             lambda: invoke_load(
@@ -433,6 +454,7 @@ def run_scenarios(
         )
 
     def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
+        step(f"{tag}: reads, {clients} client(s)")
         return measured(
             platform,
             lambda: run_load(target.platform, factory, concurrency=clients, duration=seconds),
@@ -485,6 +507,7 @@ def run_scenarios(
         out["catalog"] = reads(get_factory("/v1/catalog/listings?limit=20"), concurrency, short)
     receipts = get_factory("/v1/invocations?limit=20", target.seeded.api_key)
     out["receipts"] = reads(receipts, min(concurrency, 16), short)
+    step(f"{tag}: receipts 50 pages deep")
     out["receipts_depth"] = receipts_depth(target, 50)
     _drop_private(out)
     return out
@@ -741,6 +764,7 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         concurrency=options.concurrency,
                         duration=options.duration,
                         full=True,
+                        step=options.step,
                     )
                     if options.growth:
                         say(f"[{store}] growth: preloading")
@@ -757,6 +781,7 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                             concurrency=options.concurrency,
                             duration=options.duration,
                             full=True,
+                            step=options.step,
                         )
                         grown["preload"] = {
                             "invocations": options.growth_invocations,
