@@ -318,6 +318,8 @@ class Target:
     provider_pid: int = 0
     sdk_provider: str = ""  # the SDK provider (second line)
     sdk_provider_pid: int = 0
+    floor: str = ""  # bench/floor.py: the product's engine on a bare route (the measured floor)
+    floor_pid: int = 0
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     invoke_answers: Counter[int] = field(default_factory=Counter)
 
@@ -381,10 +383,16 @@ def _counting(answers: Counter[int]) -> Callable[[int, bytes], None]:
 
 
 def invoke_load(
-    target: Target, tag: str, *, concurrency: int, duration: float, path: str = INVOKE_PATH
+    target: Target,
+    tag: str,
+    *,
+    concurrency: int,
+    duration: float,
+    path: str = INVOKE_PATH,
+    url: str | None = None,
 ) -> LoadResult:
     return run_load(
-        target.platform,
+        url or target.platform,
         invoke_factory(target, tag, path),
         concurrency=concurrency,
         duration=duration,
@@ -470,6 +478,19 @@ def run_scenarios(
     out["closed_loop_floor_ms"] = (
         round(1000 * concurrency / base["_rate"], 3) if base["_rate"] else None
     )
+    if target.floor:
+        # The measured floor: the same engine on a bare Starlette route (bench/floor.py).
+        step(f"{tag}: the engine on a bare route (the floor), {concurrency} client(s)")
+        floor = measured(
+            target.floor_pid,
+            lambda: invoke_load(
+                target, tag + "f", concurrency=concurrency, duration=duration, url=target.floor
+            ),
+        )
+        out["engine_floor"] = floor
+        out["engine_floor_ratio"] = (
+            round(floor["_rate"] / base["_rate"], 4) if base["_rate"] else None
+        )
     if target.sdk_provider:
         sdk_base = direct(concurrency, duration, "s", sdk=True)
         sdk_invoke = invokes(concurrency, duration, "s", sdk=True)
@@ -729,6 +750,9 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
         sdk_args += ["--store", str(workdir / "provider.db")]
         serve_args = [sys.executable, "-m", "mercato", "serve", "--port", str(serve_port)]
         serve_args += ["--workers", str(options.workers)]
+        floor_port = free_port()
+        floor_args = [sys.executable, "-m", "bench.floor", "--port", str(floor_port)]
+        floor_args += ["--workers", str(options.workers)]
         runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
         try:
             with (
@@ -747,7 +771,10 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                     credential=credential,
                 )
                 say(f"[{store}] seeded; starting serve --workers {options.workers}")
-                with process(serve_args, env, workdir / "serve.log", serve_port) as serve:
+                with (
+                    process(serve_args, env, workdir / "serve.log", serve_port) as serve,
+                    process(floor_args, env, workdir / "floor.log", floor_port) as floor,
+                ):
                     target = Target(
                         platform=serve[0],
                         provider=provider_url,
@@ -756,6 +783,8 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         provider_pid=provider_pid,
                         sdk_provider=sdk_url,
                         sdk_provider_pid=sdk_pid,
+                        floor=floor[0],
+                        floor_pid=floor[1],
                     )
                     say(f"[{store}] load: {options.concurrency} clients, {options.duration}s each")
                     result["configurations"][store] = run_scenarios(
