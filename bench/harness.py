@@ -932,6 +932,26 @@ def table(result: dict[str, Any]) -> str:
                     _cpu(c["provider_direct"]),
                 )
             )
+            floor = c.get("engine_floor")
+            if floor:
+                rows.append(
+                    (
+                        f"{name} (engine on a bare route)",
+                        f"{floor['rate']:.0f}",
+                        f"{floor['p50_ms']:.2f}",
+                        f"{floor['p95_ms']:.2f}",
+                        f"{floor['p99_ms']:.2f}",
+                        f"{c['provider_direct']['rate']:.0f}",
+                        "-",
+                        "-",
+                        f"{c['engine_floor_ratio']:.3f}"
+                        if c.get("engine_floor_ratio") is not None
+                        else "-",
+                        *("-", "-", "-", "-", "-"),
+                        _cpu(floor),
+                        "-",
+                    )
+                )
             sdk = c.get("sdk_provider")
             if sdk:
                 rows.append(
@@ -956,7 +976,9 @@ def table(result: dict[str, Any]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
         "provider: the lean FastAPI provider with in-memory idempotency records (the headline "
-        "reference); '(SDK provider)' rows: the SDK provider with its durable store"
+        "reference); '(SDK provider)' rows: the SDK provider with its durable store; "
+        "'(engine on a bare route)' rows: bench/floor.py, the same engine without FastAPI or "
+        "middleware (the measured floor)"
     )
     lines.append(
         "ratio: invokes/s over the same provider alone, same run; floor ms: the lowest mean "
