@@ -8,9 +8,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from bench.harness import DEFAULT_PG_ADMIN, RESULTS, LedgerCheckFailed, Options, run, table
+from bench.harness import (
+    DEFAULT_PG_ADMIN,
+    RESULTS,
+    LedgerCheckFailed,
+    Options,
+    measurements,
+    run,
+    table,
+)
+
+
+@contextmanager
+def progress_bar(options: Options) -> Iterator[Options]:
+    """`options` drawing a progress bar on stderr (rich), one step per measurement, with the
+    harness's lines printed above it; gone when the run ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    console = Console(file=sys.stderr)
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=measurements(options))
+        started = False
+
+        def step(label: str) -> None:
+            nonlocal started
+            if started:
+                bar.advance(task)
+            started = True
+            bar.update(task, description=label)
+
+        yield replace(
+            options, step=step, say=lambda line: console.print(line, markup=False, highlight=False)
+        )
+        bar.advance(task)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out,
         chart=not args.quick,
     )
+    drawn: Any = progress_bar(options) if sys.stderr.isatty() and not args.json else None
     try:
-        result = run(options)
+        with drawn or nullcontext(options) as shown:
+            result = run(shown)
     except LedgerCheckFailed as failed:
         result = failed.result
         print(json.dumps(result) if args.json else table(result))

@@ -59,6 +59,18 @@ class Options:
     out_dir: Path = RESULTS
     chart: bool = True
     say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr, flush=True))
+    step: Callable[[str], None] = field(default=lambda _label: None)
+    """Called as each measurement starts, with what it measures (a progress bar's hook)."""
+
+
+MEASUREMENTS_PER_RUN = 10
+"""How many times `run_scenarios(..., full=True)` calls `step`."""
+
+
+def measurements(options: Options) -> int:
+    """How many measurements a run of `options` makes (the progress bar's total)."""
+    per_store = MEASUREMENTS_PER_RUN * (2 if options.growth else 1)
+    return per_store * len(options.stores)
 
 
 # --- processes ---------------------------------------------------------------------------
@@ -306,6 +318,8 @@ class Target:
     provider_pid: int = 0
     sdk_provider: str = ""  # the SDK provider (second line)
     sdk_provider_pid: int = 0
+    floor: str = ""  # bench/floor.py: the product's engine on a bare route (the measured floor)
+    floor_pid: int = 0
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     invoke_answers: Counter[int] = field(default_factory=Counter)
 
@@ -369,10 +383,16 @@ def _counting(answers: Counter[int]) -> Callable[[int, bytes], None]:
 
 
 def invoke_load(
-    target: Target, tag: str, *, concurrency: int, duration: float, path: str = INVOKE_PATH
+    target: Target,
+    tag: str,
+    *,
+    concurrency: int,
+    duration: float,
+    path: str = INVOKE_PATH,
+    url: str | None = None,
 ) -> LoadResult:
     return run_load(
-        target.platform,
+        url or target.platform,
         invoke_factory(target, tag, path),
         concurrency=concurrency,
         duration=duration,
@@ -406,14 +426,22 @@ def receipts_depth(target: Target, pages: int) -> dict[str, Any]:
 
 
 def run_scenarios(
-    target: Target, *, tag: str, concurrency: int, duration: float, full: bool
+    target: Target,
+    *,
+    tag: str,
+    concurrency: int,
+    duration: float,
+    full: bool,
+    step: Callable[[str], None] = lambda _label: None,
 ) -> dict[str, Any]:
     """The lean provider alone, then the platform calling it, with the same load; then the SDK
-    provider alone and through the platform (the second line); then replays, catalog, receipts."""
+    provider alone and through the platform (the second line); then replays, catalog, receipts.
+    `step(label)` is called as each measurement starts."""
     out: dict[str, Any] = {}
     provider, platform = target.provider_pid, target.platform_pid
 
     def direct(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
+        step(f"{tag}: the {'SDK' if sdk else 'lean'} provider alone, {clients} client(s)")
         factory = direct_factory(target, tag + suffix)
         url, pid = (
             (target.sdk_provider, target.sdk_provider_pid) if sdk else (target.provider, provider)
@@ -425,6 +453,7 @@ def run_scenarios(
 
     def invokes(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
         path = SDK_INVOKE_PATH if sdk else INVOKE_PATH
+        step(f"{tag}: invoke{' (SDK provider)' if sdk else ''}, {clients} client(s)")
         return measured(
             platform,
             lambda: invoke_load(
@@ -433,6 +462,7 @@ def run_scenarios(
         )
 
     def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
+        step(f"{tag}: reads, {clients} client(s)")
         return measured(
             platform,
             lambda: run_load(target.platform, factory, concurrency=clients, duration=seconds),
@@ -448,6 +478,19 @@ def run_scenarios(
     out["closed_loop_floor_ms"] = (
         round(1000 * concurrency / base["_rate"], 3) if base["_rate"] else None
     )
+    if target.floor:
+        # The measured floor: the same engine on a bare Starlette route (bench/floor.py).
+        step(f"{tag}: the engine on a bare route (the floor), {concurrency} client(s)")
+        floor = measured(
+            target.floor_pid,
+            lambda: invoke_load(
+                target, tag + "f", concurrency=concurrency, duration=duration, url=target.floor
+            ),
+        )
+        out["engine_floor"] = floor
+        out["engine_floor_ratio"] = (
+            round(floor["_rate"] / base["_rate"], 4) if base["_rate"] else None
+        )
     if target.sdk_provider:
         sdk_base = direct(concurrency, duration, "s", sdk=True)
         sdk_invoke = invokes(concurrency, duration, "s", sdk=True)
@@ -485,6 +528,7 @@ def run_scenarios(
         out["catalog"] = reads(get_factory("/v1/catalog/listings?limit=20"), concurrency, short)
     receipts = get_factory("/v1/invocations?limit=20", target.seeded.api_key)
     out["receipts"] = reads(receipts, min(concurrency, 16), short)
+    step(f"{tag}: receipts 50 pages deep")
     out["receipts_depth"] = receipts_depth(target, 50)
     _drop_private(out)
     return out
@@ -706,6 +750,9 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
         sdk_args += ["--store", str(workdir / "provider.db")]
         serve_args = [sys.executable, "-m", "mercato", "serve", "--port", str(serve_port)]
         serve_args += ["--workers", str(options.workers)]
+        floor_port = free_port()
+        floor_args = [sys.executable, "-m", "bench.floor", "--port", str(floor_port)]
+        floor_args += ["--workers", str(options.workers)]
         runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
         try:
             with (
@@ -724,7 +771,10 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                     credential=credential,
                 )
                 say(f"[{store}] seeded; starting serve --workers {options.workers}")
-                with process(serve_args, env, workdir / "serve.log", serve_port) as serve:
+                with (
+                    process(serve_args, env, workdir / "serve.log", serve_port) as serve,
+                    process(floor_args, env, workdir / "floor.log", floor_port) as floor,
+                ):
                     target = Target(
                         platform=serve[0],
                         provider=provider_url,
@@ -733,6 +783,8 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         provider_pid=provider_pid,
                         sdk_provider=sdk_url,
                         sdk_provider_pid=sdk_pid,
+                        floor=floor[0],
+                        floor_pid=floor[1],
                     )
                     say(f"[{store}] load: {options.concurrency} clients, {options.duration}s each")
                     result["configurations"][store] = run_scenarios(
@@ -741,6 +793,7 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         concurrency=options.concurrency,
                         duration=options.duration,
                         full=True,
+                        step=options.step,
                     )
                     if options.growth:
                         say(f"[{store}] growth: preloading")
@@ -757,6 +810,7 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                             concurrency=options.concurrency,
                             duration=options.duration,
                             full=True,
+                            step=options.step,
                         )
                         grown["preload"] = {
                             "invocations": options.growth_invocations,
@@ -878,6 +932,26 @@ def table(result: dict[str, Any]) -> str:
                     _cpu(c["provider_direct"]),
                 )
             )
+            floor = c.get("engine_floor")
+            if floor:
+                rows.append(
+                    (
+                        f"{name} (engine on a bare route)",
+                        f"{floor['rate']:.0f}",
+                        f"{floor['p50_ms']:.2f}",
+                        f"{floor['p95_ms']:.2f}",
+                        f"{floor['p99_ms']:.2f}",
+                        f"{c['provider_direct']['rate']:.0f}",
+                        "-",
+                        "-",
+                        f"{c['engine_floor_ratio']:.3f}"
+                        if c.get("engine_floor_ratio") is not None
+                        else "-",
+                        *("-", "-", "-", "-", "-"),
+                        _cpu(floor),
+                        "-",
+                    )
+                )
             sdk = c.get("sdk_provider")
             if sdk:
                 rows.append(
@@ -902,7 +976,9 @@ def table(result: dict[str, Any]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(
         "provider: the lean FastAPI provider with in-memory idempotency records (the headline "
-        "reference); '(SDK provider)' rows: the SDK provider with its durable store"
+        "reference); '(SDK provider)' rows: the SDK provider with its durable store; "
+        "'(engine on a bare route)' rows: bench/floor.py, the same engine without FastAPI or "
+        "middleware (the measured floor)"
     )
     lines.append(
         "ratio: invokes/s over the same provider alone, same run; floor ms: the lowest mean "

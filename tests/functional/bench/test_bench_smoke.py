@@ -52,6 +52,12 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
         2 * 1000 / config["provider_direct"]["rate"], rel=1e-2
     )
     assert config["one_client"]["invoke"]["requests"] > 0
+    # the measured floor: the same engine on a bare route, real calls (settled, in the ledger)
+    assert set(config["engine_floor"]["statuses"]) == {"200"}
+    assert config["engine_floor"]["requests"] > 0
+    assert config["engine_floor_ratio"] == pytest.approx(
+        config["engine_floor"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
+    )
     assert config["replay_ratio"] == pytest.approx(
         config["replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )

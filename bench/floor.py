@@ -1,0 +1,94 @@
+"""The measured floor (issue 20): the leanest invoke this machine serves on the product's engine.
+
+One plain Starlette route, no FastAPI, no middleware (no request ids, metrics, access log, edge
+checks or body limits), uvicorn with its fastest parser, and behind it exactly the engine
+`mercato serve` runs: the API-key lookup, the key and facts reads, the accept program, the
+async provider client with its guard, the settle program (`flows.prepare` + `flows.run` on
+`runtime.adb`). What it costs is what the engine costs; what `mercato serve` costs on top of
+it is the web layer. Only the success answer is written out (the benchmark sends valid calls;
+anything else is a 500, counted as such). Never a product entry point.
+
+    python -m bench.floor --port N   (the platform's MERCATO_* environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from mercato.db.runtime import Runtime
+from mercato.dispatch.async_client import AsyncProviderClient
+from mercato.dispatch.port import PerLoopProvider
+from mercato.invocations import flows
+from mercato.invocations import service as invocations
+from mercato.settings import load_settings
+from mercato.web.deps import bearer_token, principal_on
+
+PATH = "/v1/services/{service_code}/versions/{version}:invoke"
+
+
+def create_app() -> Starlette:
+    settings = load_settings()
+    runtime = Runtime.from_settings(settings)
+    runtime.async_provider = PerLoopProvider(lambda: AsyncProviderClient(settings))
+
+    async def invoke(request: Request) -> Response:
+        body = await request.body()
+        token = bearer_token(request)
+        async with runtime.adb.read() as conn:
+            principal = await principal_on(request, conn, token)
+            prepared = await flows.prepare(
+                runtime,
+                conn,
+                flows.InvokeRequest(
+                    account_id=principal.account_id,
+                    channel=principal.channel,
+                    service_code=request.path_params["service_code"],
+                    version=request.path_params["version"],
+                    idempotency_key=invocations.check_idempotency_key(
+                        request.headers.getlist("idempotency-key")
+                    ),
+                    body=body,
+                ),
+            )
+        result = prepared if isinstance(prepared, flows.InvokeResult) else None
+        if result is None:
+            assert isinstance(prepared, flows.Prepared)
+            result = await flows.run(runtime, prepared)
+        if result.view.state != "SUCCEEDED":
+            return Response(b"", status_code=500)
+        return Response(orjson.dumps(result.view.success_body()), media_type="application/json")
+
+    async def live(_request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    routes = [Route(PATH, invoke, methods=["POST"]), Route("/health/live", live)]
+    app = Starlette(routes=routes)
+    app.state.runtime = runtime  # principal_on reads the runtime from the app, as the product's
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    uvicorn.run(
+        "bench.floor:create_app",
+        factory=True,
+        host="127.0.0.1",
+        port=args.port,
+        workers=args.workers,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
