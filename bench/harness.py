@@ -63,7 +63,7 @@ class Options:
     """Called as each measurement starts, with what it measures (a progress bar's hook)."""
 
 
-MEASUREMENTS_PER_RUN = 10
+MEASUREMENTS_PER_RUN = 11
 """How many times `run_scenarios(..., full=True)` calls `step`."""
 
 
