@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import ProgrammingError
 
+from builders.accounts import PASSWORD_HASH_MEMORY_KIB
 from mercato.db import models
 from mercato.db.base import Base
 from mercato.db.engine import make_engine
@@ -159,7 +160,12 @@ def db_url(
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    return Settings(env="dev", data_dir=tmp_path / "data", database_url=db_url)
+    return Settings(
+        env="dev",
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        password_hash_memory_kib=PASSWORD_HASH_MEMORY_KIB,
+    )
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from builders.accounts import PASSWORD_HASH_MEMORY_KIB
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,6 +33,7 @@ def platform_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
         MERCATO_PROVIDER_TIMEOUT_SECONDS="1",
         MERCATO_IDEMPOTENCY_LEASE_SECONDS="1",
         MERCATO_DEFAULT_QUOTA_LIMIT="1000",
+        MERCATO_PASSWORD_HASH_MEMORY_KIB=str(PASSWORD_HASH_MEMORY_KIB),
     )
     env.update(extra)
     return env
