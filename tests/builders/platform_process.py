@@ -25,6 +25,8 @@ def free_port() -> int:
 
 
 def platform_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `mercato` process a test starts (dev unless `extra` says otherwise;
+    a dev process hashes passwords at the test cost, decision 0310)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
     env.update(
         MERCATO_ENV="dev",
@@ -33,9 +35,10 @@ def platform_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
         MERCATO_PROVIDER_TIMEOUT_SECONDS="1",
         MERCATO_IDEMPOTENCY_LEASE_SECONDS="1",
         MERCATO_DEFAULT_QUOTA_LIMIT="1000",
-        MERCATO_PASSWORD_HASH_MEMORY_KIB=str(PASSWORD_HASH_MEMORY_KIB),
     )
     env.update(extra)
+    if env["MERCATO_ENV"] == "dev":
+        env.setdefault("MERCATO_PASSWORD_HASH_MEMORY_KIB", str(PASSWORD_HASH_MEMORY_KIB))
     return env
 
 
