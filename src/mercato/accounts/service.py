@@ -78,7 +78,7 @@ def _hasher_with(memory_kib: int) -> PasswordHasher:
 
 
 def _hasher_for(settings: Settings | None) -> PasswordHasher:
-    """The hasher new hashes are made with: the profile, or a dev setting's memory cost."""
+    """The hasher new hashes are made with: the settings' memory cost (no settings: the profile)."""
     return _hasher if settings is None else _hasher_with(settings.password_hash_memory_kib)
 
 
