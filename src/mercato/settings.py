@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 _DEV_SECRET = "mercato-dev-secret-not-for-production"
 ENV_PREFIX = "MERCATO_"
 DEFAULT_DATA_DIR = Path("./var")
+PASSWORD_HASH_MEMORY_KIB = 65536  # Argon2id, RFC 9106's second (low-memory) recommendation
 # What `mercato up` records in its data dir so `mercato admin ...` run beside it needs no
 # variable (decision 0271).
 DEMO_SETTINGS_FILE = "mercato-up.json"
@@ -54,6 +55,12 @@ class Settings(BaseSettings):
     login_email_attempts_per_window: int = Field(default=20, ge=1, le=1_000_000)
     login_email_delay_seconds: int = Field(default=15, ge=1, le=3600)
     login_window_seconds: int = Field(default=300, ge=1, le=86_400)
+    # Argon2id memory per password hash, KiB (the RFC 9106 low-memory profile's 64 MiB by
+    # default). Only a dev configuration may go lower: the test suite does, to a few KiB
+    # (decision 0310); a stored hash keeps its own cost, and a login re-hashes it to this one.
+    password_hash_memory_kib: int = Field(
+        default=PASSWORD_HASH_MEMORY_KIB, ge=32, le=4 * 1024 * 1024
+    )
     # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
     trusted_proxies: str = "127.0.0.1,::1"
 
@@ -93,6 +100,11 @@ class Settings(BaseSettings):
             self.secret_key = SecretStr(_DEV_SECRET)
         elif self.env != "dev" and len(self.secret_key.get_secret_value()) < 32:
             raise SettingsError(f"MERCATO_SECRET_KEY must be at least 32 characters; {_SECRET_FIX}")
+        if self.env != "dev" and self.password_hash_memory_kib < PASSWORD_HASH_MEMORY_KIB:
+            raise SettingsError(
+                f"MERCATO_PASSWORD_HASH_MEMORY_KIB below {PASSWORD_HASH_MEMORY_KIB} is for "
+                "MERCATO_ENV=dev only; unset it for the default"
+            )
         if self.allow_private_provider_addresses is None:
             self.allow_private_provider_addresses = self.env == "dev"
         _proxy_entries(self.trusted_proxies)  # a malformed entry fails here, at start

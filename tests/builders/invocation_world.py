@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import func, select
 
-from builders.accounts import make_account, make_api_key
+from builders.accounts import PASSWORD_HASH_MEMORY_KIB, make_account, make_api_key
 from builders.catalog import approve_connection, example_contract, publish
 from builders.event_loops import run_on_fresh_loop
 from builders.invocations import CREDENTIAL, ScriptedProvider
@@ -157,6 +157,7 @@ def build_world(db_url: str, tmp_path: Path, provider: ScriptedProvider, **setti
         # Tests that provoke timeouts on purpose pass a short one.
         provider_timeout_seconds=settings.pop("provider_timeout_seconds", 10.0),
         redispatch_attempts=settings.pop("redispatch_attempts", 2),
+        password_hash_memory_kib=settings.pop("password_hash_memory_kib", PASSWORD_HASH_MEMORY_KIB),
         **settings,
     )
     clock = FakeClock(utcnow())

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from builders.accounts import PASSWORD_HASH_MEMORY_KIB
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -23,6 +25,8 @@ def free_port() -> int:
 
 
 def platform_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `mercato` process a test starts (dev unless `extra` says otherwise;
+    a dev process hashes passwords at the test cost, decision 0310)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
     env.update(
         MERCATO_ENV="dev",
@@ -33,6 +37,8 @@ def platform_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
         MERCATO_DEFAULT_QUOTA_LIMIT="1000",
     )
     env.update(extra)
+    if env["MERCATO_ENV"] == "dev":
+        env.setdefault("MERCATO_PASSWORD_HASH_MEMORY_KIB", str(PASSWORD_HASH_MEMORY_KIB))
     return env
 
 

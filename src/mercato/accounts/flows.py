@@ -33,12 +33,12 @@ def login(
         account = service.find_account_by_email(session, email=email)
         account_id = account.id if account is not None else None
         stored_hash = account.password_hash if account is not None else None
-    if not service.verify_password(stored_hash, password) or account_id is None:
+    if not service.verify_password(stored_hash, password, settings=settings) or account_id is None:
         with db.transaction() as session:
             service.record_login_failure(session, subjects=subjects, settings=settings, now=now)
         raise InvalidCredentials()
     assert stored_hash is not None
-    new_hash = service.rehash_if_needed(stored_hash, password)
+    new_hash = service.rehash_if_needed(stored_hash, password, settings=settings)
     with db.transaction() as session:
         service.clear_login_failures(session, subject=subjects.pair)
         if new_hash is not None:

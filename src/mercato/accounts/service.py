@@ -74,6 +74,16 @@ _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 _hasher = PasswordHasher()  # Argon2id with argon2-cffi's RFC 9106 low-memory profile
 
 
+@lru_cache(maxsize=4)
+def _hasher_with(memory_kib: int) -> PasswordHasher:
+    return _hasher if memory_kib == _hasher.memory_cost else PasswordHasher(memory_cost=memory_kib)
+
+
+def _hasher_for(settings: Settings | None) -> PasswordHasher:
+    """The hasher new hashes are made with: the settings' memory cost (no settings: the profile)."""
+    return _hasher if settings is None else _hasher_with(settings.password_hash_memory_kib)
+
+
 # --- accounts and passwords -------------------------------------------------------------
 
 
@@ -82,35 +92,51 @@ def normalize_email(email: str) -> str:
     return email.strip().lower()
 
 
-def hash_password(password: str) -> str:
+def hash_password(password: str, *, settings: Settings | None = None) -> str:
     """Return the Argon2id hash of `password`, refusing unusable passwords."""
     if not PASSWORD_MIN_LENGTH <= len(password) <= PASSWORD_MAX_LENGTH:
         raise InvalidPassword(
             f"A password has {PASSWORD_MIN_LENGTH} to {PASSWORD_MAX_LENGTH} characters."
         )
-    return _hasher.hash(password)
+    return _hasher_for(settings).hash(password)
 
 
-@lru_cache(maxsize=1)
-def _dummy_hash() -> str:
-    return _hasher.hash(secrets.token_urlsafe(16))
+@lru_cache(maxsize=4)
+def _dummy_hash(memory_kib: int) -> str:
+    return _hasher_with(memory_kib).hash(secrets.token_urlsafe(16))
 
 
-def verify_password(password_hash: str | None, password: str) -> bool:
-    """Check `password`; without a stored hash, spend the same work and return False."""
+def verify_password(
+    password_hash: str | None, password: str, *, settings: Settings | None = None
+) -> bool:
+    """Check `password`; without a stored hash, spend the same work and return False.
+
+    A stored hash is checked with its own parameters; the stand-in costs what a new hash does.
+    """
+    memory_kib = _hasher_for(settings).memory_cost
     try:
-        return _hasher.verify(password_hash or _dummy_hash(), password) and bool(password_hash)
+        stored = password_hash or _dummy_hash(memory_kib)
+        return _hasher.verify(stored, password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False
 
 
-def rehash_if_needed(password_hash: str, password: str) -> str | None:
-    """A fresh hash when the stored one uses outdated parameters, else None."""
-    return _hasher.hash(password) if _hasher.check_needs_rehash(password_hash) else None
+def rehash_if_needed(
+    password_hash: str, password: str, *, settings: Settings | None = None
+) -> str | None:
+    """A fresh hash when the stored one uses other parameters than new hashes get, else None."""
+    hasher = _hasher_for(settings)
+    return hasher.hash(password) if hasher.check_needs_rehash(password_hash) else None
 
 
 def create_account(
-    session: Session, *, email: str, password: str | None, is_staff: bool, now: dt.datetime
+    session: Session,
+    *,
+    email: str,
+    password: str | None,
+    is_staff: bool,
+    now: dt.datetime,
+    settings: Settings | None = None,
 ) -> Account:
     """Create an account; without a password it cannot log in."""
     address = normalize_email(email)
@@ -121,7 +147,7 @@ def create_account(
     account = Account(
         id=new_id("acct"),
         email=address,
-        password_hash=hash_password(password) if password is not None else None,
+        password_hash=hash_password(password, settings=settings) if password is not None else None,
         is_staff=is_staff,
         created_at=now,
     )

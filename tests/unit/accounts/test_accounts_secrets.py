@@ -89,3 +89,20 @@ def test_access_token_signature_covers_every_part() -> None:
             settings=settings,
             now=now + dt.timedelta(minutes=5),
         )
+
+
+def test_new_hashes_take_the_configured_memory_and_logins_move_old_ones_to_it() -> None:
+    cheap = Settings(env="dev", password_hash_memory_kib=64)
+    full = service.hash_password("a good password")
+    small = service.hash_password("a good password", settings=cheap)
+    assert "$m=65536," in full and "$m=64," in small
+    # A stored hash is verified with its own parameters, whatever new hashes get.
+    assert service.verify_password(full, "a good password", settings=cheap)
+    assert service.verify_password(small, "a good password")
+    assert not service.verify_password(small, "a bad password", settings=cheap)
+    assert not service.verify_password(None, "a good password", settings=cheap)
+    moved = service.rehash_if_needed(full, "a good password", settings=cheap)
+    assert moved is not None and "$m=64," in moved
+    assert service.rehash_if_needed(small, "a good password", settings=cheap) is None
+    restored = service.rehash_if_needed(small, "a good password")
+    assert restored is not None and "$m=65536," in restored

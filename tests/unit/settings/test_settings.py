@@ -55,3 +55,10 @@ def test_trusted_proxies_are_addresses_or_networks() -> None:
     assert written.trusted_proxy_list == ["10.0.0.0/8", "2001:db8::1"]
     with pytest.raises(ValidationError, match=r"MERCATO_TRUSTED_PROXIES: 'proxy\.internal'"):
         Settings(env="dev", trusted_proxies="10.0.0.1,proxy.internal")
+
+
+def test_only_dev_may_lower_the_password_hash_memory() -> None:
+    assert Settings(env="production", secret_key="k" * 40).password_hash_memory_kib == 65536  # type: ignore[arg-type]
+    assert Settings(env="dev", password_hash_memory_kib=64).password_hash_memory_kib == 64
+    with pytest.raises(ValidationError, match="MERCATO_PASSWORD_HASH_MEMORY_KIB below 65536"):
+        Settings(env="production", secret_key="k" * 40, password_hash_memory_kib=64)  # type: ignore[arg-type]

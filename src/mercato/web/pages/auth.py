@@ -48,7 +48,12 @@ def signup(request: Request, form: Form) -> Response:
         try:
             with runtime.db.transaction() as session:
                 account = accounts.create_account(
-                    session, email=email, password=password, is_staff=False, now=runtime.clock.now()
+                    session,
+                    email=email,
+                    password=password,
+                    is_staff=False,
+                    now=runtime.clock.now(),
+                    settings=runtime.settings,
                 )
                 if runtime.settings.signup_points:
                     ledger.grant(
