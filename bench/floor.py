@@ -28,7 +28,7 @@ from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.settings import load_settings
-from mercato.web.deps import bearer_token, principal_on
+from mercato.web.deps import bearer_token, principal_on, record_key_use
 
 PATH = "/v1/services/{service_code}/versions/{version}:invoke"
 
@@ -57,6 +57,7 @@ def create_app() -> Starlette:
                     body=body,
                 ),
             )
+        await record_key_use(request)
         result = prepared if isinstance(prepared, flows.InvokeResult) else None
         if result is None:
             assert isinstance(prepared, flows.Prepared)

@@ -67,15 +67,18 @@ def principal_in(request: Request, session: Session, token: str) -> Principal:
 
 async def principal_on(request: Request, conn: AsyncConnection, token: str) -> Principal:
     """`principal_in` on the event loop: the caller of `token` read on the route's own async
-    read `conn` (the invoke route authenticates and reads the call's facts in one read); an
-    API key's last use, when due, is recorded in a transaction of its own."""
+    read `conn` (the invoke route authenticates and reads the call's facts in one read).
+
+    An API key's last use, when due, is NOT written here: a unit of work opened inside the
+    read would wait for a second connection while holding the first, and under load every
+    request would hold one and wait for another, for ever (the pool is bounded). The caller
+    records it with `record_key_use` once its read has ended."""
     runtime = runtime_of(request)
     now = runtime.clock.now()
     if token.startswith(accounts.API_KEY_PREFIX):
         principal, last_used_at = await accounts.lookup_api_key.aio(conn, api_key=token)
-        if accounts.touch_due(last_used_at, now):
-            async with runtime.adb.transaction() as write:
-                await accounts.touch_api_key.aio(write, key_id=principal.key_id or "", now=now)
+        if accounts.touch_due(last_used_at, now) and principal.key_id:
+            request.state.key_use_due = principal.key_id
     elif token.startswith(accounts.ACCESS_TOKEN_PREFIX):
         principal = await accounts.resolve_access_token.aio(
             conn, token=token, settings=runtime.settings, now=now
@@ -84,6 +87,18 @@ async def principal_on(request: Request, conn: AsyncConnection, token: str) -> P
         raise Unauthenticated("The credential is not valid.")
     request.state.principal = principal
     return principal
+
+
+async def record_key_use(request: Request) -> None:
+    """Record the API key's last use that `principal_on` found due, in a transaction of its
+    own; call it after the read `principal_on` ran in has ended (see there)."""
+    key_id: str | None = getattr(request.state, "key_use_due", None)
+    if key_id is None:
+        return
+    request.state.key_use_due = None
+    runtime = runtime_of(request)
+    async with runtime.adb.transaction() as write:
+        await accounts.touch_api_key.aio(write, key_id=key_id, now=runtime.clock.now())
 
 
 def session_principal(request: Request) -> Principal:

@@ -43,7 +43,13 @@ from mercato.web.api.schemas import (
     Receipt,
     ReceiptPage,
 )
-from mercato.web.deps import bearer_token, current_principal, principal_on, runtime_of
+from mercato.web.deps import (
+    bearer_token,
+    current_principal,
+    principal_on,
+    record_key_use,
+    runtime_of,
+)
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
@@ -190,12 +196,14 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
                     request_id=request_id_var.get(),
                 ),
             )
+        await record_key_use(request)  # after the read: never a second connection inside it
         if isinstance(prepared, flows.InvokeResult):
             result = prepared
         else:
             result = await flows.run(runtime, prepared)
         return await _answer(request, principal, result)
     except MercatoError as error:
+        await record_key_use(request)  # a refused call was still made with the key
         if principal is not None and "RateLimit" not in error.headers:
             error.headers.update(await _quota_headers(request, principal.account_id))
         raise
