@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
+from builders.event_loops import run_on_fresh_loop
 from builders.invocation_world import World, running_world
 from builders.invocations import ScriptedProvider, unknown
 from mercato.cli.commands_core import pending_revisions
@@ -54,7 +55,7 @@ def stuck_world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iter
         for _ in range(2):
             world.provider.script_reconciliation(unknown())
             world.clock.advance(3600)
-            loops.run_once(world.runtime, world.provider_client)
+            run_on_fresh_loop(loops.run_once(world.runtime))
         yield world
 
 
