@@ -11,15 +11,17 @@ time is the fake clock's, and a read cut off by real time would make a run depen
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import orjson
 
+from mercato.dispatch.client import _read_bounded, _Stop
 from mercato.dispatch.transport import (
     ERROR_CONNECT,
     ERROR_READ,
     ERROR_REDIRECT,
     ERROR_TIMEOUT,
-    ERROR_TOO_LARGE,
     RawAnswer,
 )
 from mercato.protocol import (
@@ -36,11 +38,6 @@ _HEADERS = {
     "Accept-Encoding": "identity",
     "Content-Type": "application/json",
 }
-
-
-class _Stop(Exception):
-    def __init__(self, error: str) -> None:
-        self.error = error
 
 
 class SimProviderClient:
@@ -101,30 +98,12 @@ class SimProviderClient:
         except httpx.TransportError:
             return RawAnswer(None, None, ERROR_READ, 0.0)
         try:
-            content = _read_bounded(response, max_bytes)
+            # The product client's bounded read; no wall-clock deadline here, so a trace never
+            # depends on how busy the machine is (decision 0350).
+            content = _read_bounded(response, max_bytes, deadline=math.inf)
         except _Stop as stop:
             return RawAnswer(response.status_code, None, stop.error, 0.0)
         finally:
             response.close()
         error = ERROR_REDIRECT if 300 <= response.status_code < 400 else None
         return RawAnswer(response.status_code, content, error, 0.0)
-
-
-def _read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
-    """The body, refused past `max_bytes` (declared or read) or when the stream breaks."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise _Stop(ERROR_TOO_LARGE)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        for chunk in response.iter_raw():
-            size += len(chunk)
-            if size > max_bytes:
-                raise _Stop(ERROR_TOO_LARGE)
-            chunks.append(chunk)
-    except httpx.TimeoutException as exc:
-        raise _Stop(ERROR_TIMEOUT) from exc
-    except httpx.TransportError as exc:
-        raise _Stop(ERROR_READ) from exc
-    return b"".join(chunks)
