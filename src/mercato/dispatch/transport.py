@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -94,6 +95,14 @@ class GuardedNetworkBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+@functools.cache
+def default_ssl_context() -> ssl.SSLContext:
+    """The system's trust store, host names verified: built once per process and shared by
+    every client (loading the trust store costs tens of milliseconds; a context is safe to
+    share between threads and connections once it is configured)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 class GuardedTransport(httpx.HTTPTransport):
     """httpx's own transport with its connection pool rebuilt over the guarded backend."""
 
@@ -110,7 +119,7 @@ class GuardedTransport(httpx.HTTPTransport):
         # request thread at once, and a connection closed after each call would be opened again
         # (socket, resolution, address checks) for the next.
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+        ssl_context = ssl_context or default_ssl_context()
         super().__init__(verify=ssl_context, trust_env=False, limits=limits)
         # httpx 0.28 builds `_pool` in __init__ with no way to pass a network backend; replace it
         # with an identical pool over the guarded backend (pinned by the httpx<1 constraint).

@@ -118,6 +118,8 @@ def test_serve_killed_after_the_provider_call_then_restarted_charges_once(
     assert platform.ledger_balanced()
 
 
+# Store-agnostic (decision 0390): the client's side, not the store's, is under test here.
+@pytest.mark.sqlite_only
 def test_a_429_is_waited_out_with_the_real_retry_after(platform: Platform) -> None:
     quota = mercato(
         "admin",
@@ -167,6 +169,8 @@ def _artifact_call(platform: Platform, client: MercatoClient) -> InvocationResul
     return result
 
 
+# Store-agnostic (decision 0390): the client's side, not the store's, is under test here.
+@pytest.mark.sqlite_only
 def test_an_artifact_downloads_verified_and_a_corrupted_one_raises_leaving_no_file(
     platform: Platform, tmp_path: Path
 ) -> None:
@@ -188,6 +192,8 @@ def test_an_artifact_downloads_verified_and_a_corrupted_one_raises_leaving_no_fi
     assert sorted(p.name for p in out.iterdir()) == [saved[0].name]
 
 
+# Store-agnostic (decision 0390): the client's side, not the store's, is under test here.
+@pytest.mark.sqlite_only
 def test_bytes_altered_in_transit_fail_the_clients_own_digest_check(
     platform: Platform, tmp_path: Path
 ) -> None:
@@ -209,6 +215,8 @@ def test_bytes_altered_in_transit_fail_the_clients_own_digest_check(
     assert list(out.iterdir()) == []
 
 
+# Store-agnostic (decision 0390): the client's side, not the store's, is under test here.
+@pytest.mark.sqlite_only
 def test_a_defined_failure_is_typed_and_spends_nothing(platform: Platform) -> None:
     platform.start()
     with MercatoClient(platform.url, platform.api_key) as client:
@@ -221,6 +229,8 @@ def test_a_defined_failure_is_typed_and_spends_nothing(platform: Platform) -> No
     assert (balance.available, balance.reserved) == (100, 0)
 
 
+# Store-agnostic (decision 0390): the client's side, not the store's, is under test here.
+@pytest.mark.sqlite_only
 def test_the_async_client_reads_the_catalog_invokes_and_reads_its_receipt(
     platform: Platform,
 ) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from builders.platform_process import free_port, platform_env
@@ -53,6 +54,8 @@ def _run(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+# Store-agnostic (decision 0390): the provider's tooling, not the store, is under test here.
+@pytest.mark.sqlite_only
 def test_the_provider_guide_works_as_written(db_url: str, tmp_path: Path) -> None:
     env = platform_env(db_url, tmp_path / "unused")
     del env["MERCATO_DATA_DIR"]  # the guide sets its own

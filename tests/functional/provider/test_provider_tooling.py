@@ -97,6 +97,8 @@ def _transitions(db_url: str, tmp_path: Path) -> list[tuple[str, str]]:
         runtime.db.dispose()
 
 
+# Store-agnostic (decision 0390): the provider's tooling, not the store, is under test here.
+@pytest.mark.sqlite_only
 def test_push_creates_updates_and_submits_through_the_provider_api(
     platform: tuple[Serve, dict[str, str]], db_url: str, tmp_path: Path
 ) -> None:

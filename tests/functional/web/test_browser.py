@@ -20,7 +20,9 @@ from builders.browser import (
 )
 from mercato.catalog.examples import example_contract
 
-pytestmark = [pytest.mark.functional, pytest.mark.timeout(900)]
+# The browser drives pages whose queries run on both stores in tests/integration/pages; here
+# only the browser side is under test, on the embedded default (decision 0390).
+pytestmark = [pytest.mark.functional, pytest.mark.sqlite_only, pytest.mark.timeout(900)]
 
 CALLER = "caller@example.com"
 

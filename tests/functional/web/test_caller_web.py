@@ -24,7 +24,9 @@ import pytest
 from builders.browser import PROVIDER_EMAIL, STAFF_EMAIL, Platform, publish_ranking
 from builders.platform_process import Serve, platform_env
 
-pytestmark = [pytest.mark.functional, pytest.mark.timeout(900)]
+# The browser drives pages whose queries run on both stores in tests/integration/pages; here
+# only the browser side is under test, on the embedded default (decision 0390).
+pytestmark = [pytest.mark.functional, pytest.mark.sqlite_only, pytest.mark.timeout(900)]
 
 CALLER = "reader@example.com"
 PASSWORD = "correct horse battery staple"
