@@ -68,6 +68,7 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     BindParameter,
     ColumnElement,
     Integer,
@@ -97,6 +98,11 @@ from mercato.core.ids import new_id
 from mercato.db.uow import one_statement
 
 REFUSAL_TAG = "mercato-refusal"
+MONEY_LOCK = int.from_bytes(b"mercato", "big")
+"""The PostgreSQL advisory lock key of the money statements: each program takes it shared
+(its first CTE, before any row lock); a group commit of several programs in one transaction
+(`mercato.db.aio_postgres`) takes it exclusively first (decision 0370)."""
+_MONEY_LOCK_CTE = "mercato_money"
 _REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
 _INVALID_TEXT = "22P02"
 
@@ -307,8 +313,13 @@ def _compile_one_statement(
 ) -> Compiled:
     ctes: dict[str, CTE] = {}
     refs = Refs("postgresql", ctes, {})
-    anchor: str | None = None
-    previous: str | None = None
+    # The money lock, shared: taken before any row lock, so that a group commit (which holds
+    # it exclusively) never interleaves its row locks with another money statement's.
+    ctes[_MONEY_LOCK_CTE] = select(
+        func.pg_advisory_xact_lock_shared(inline(MONEY_LOCK, BigInteger)).label("locked")
+    ).cte(_MONEY_LOCK_CTE)
+    anchor: str | None = _MONEY_LOCK_CTE
+    previous: str | None = _MONEY_LOCK_CTE
     for step in steps:
         gates: list[ColumnElement[bool]] = []
         if anchor is not None:
