@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
+import pytest
+from sqlalchemy import BigInteger, String, func, select
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from builders.accounts import make_account
 from builders.event_loops import run_on_fresh_loop
@@ -22,9 +23,9 @@ from mercato.db.aio import observing
 from mercato.db.aio_postgres import GROUP_MAX
 from mercato.db.plans import Run
 from mercato.db.runtime import Runtime
-from mercato.ledger import checks
+from mercato.ledger import checks, rules
 from mercato.ledger import service as ledger
-from mercato.ledger.models import Reservation
+from mercato.ledger.models import LedgerAccount, Reservation
 
 CALLS = 2 * GROUP_MAX + 5
 POINTS = GROUP_MAX + 3
@@ -103,3 +104,60 @@ def test_a_program_alone_is_one_round_trip_without_begin(runtime: Runtime) -> No
     if runtime.db.engine.dialect.name == "postgresql":
         assert [kind for kind, _ in sent] == ["unit", "sql"]
         assert sent[1][1].startswith("WITH mercato_money AS")
+
+
+def _unbalanced_entry(refs: guarded.Refs) -> Any:
+    values = {
+        "id": refs.param("entry", String),
+        "transfer_id": refs.param("transfer", String),
+        "ledger_account_id": refs.param("ledger_account", String),
+        "amount": refs.param("amount", BigInteger),
+    }
+    return guarded.insert_select(refs, rules.ENTRIES, values).returning(rules.ENTRIES.c.id)
+
+
+_UNBALANCED = guarded.Program("test-unbalanced-entry", (guarded.Step("bad", _unbalanced_entry),))
+
+
+@pytest.mark.postgres_only
+def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtime) -> None:
+    # One program of the group leaves a transfer unbalanced: the deferred check refuses the
+    # group's COMMIT. Each program then runs alone: only that one fails.
+    account = make_account(runtime.db, "commit@example.com")
+    with runtime.db.transaction() as session:
+        transfer = ledger.grant(session, account_id=account, amount=POINTS, now=utcnow())
+        ledger_account = session.scalar(
+            select(LedgerAccount.id).where(
+                LedgerAccount.owner == account, LedgerAccount.kind == "available"
+            )
+        )
+    bad = Run(
+        _UNBALANCED,
+        {
+            "entry": "ent_unbalanced",
+            "transfer": transfer,
+            "ledger_account": ledger_account,
+            "amount": 7,
+        },
+    )
+    ops = [_reserve(account, f"c-{i}") for i in range(5)] + [bad]
+    sent: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async def one(op: Run) -> Any:
+            try:
+                return await _one(runtime, op)
+            except DBAPIError as error:
+                return error
+
+        return list(await asyncio.gather(*(one(op) for op in ops)))
+
+    with observing(runtime.adb, lambda kind, detail: sent.append(detail)):
+        answers = run_on_fresh_loop(scenario())
+
+    assert all(isinstance(a, dict) for a in answers[:5]), answers
+    assert isinstance(answers[5], DBAPIError) and "does not balance" in str(answers[5])
+    assert sent.count("COMMIT") == 1  # the one group, refused; then each alone
+    with runtime.db.read() as session:
+        assert checks.run_checks(session).balanced
+        assert ledger.balances(session, account_id=account).reserved == 5
