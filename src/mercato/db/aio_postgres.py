@@ -6,8 +6,10 @@ cache then parses each text once per connection. A guarded money program (`Run`)
 statement (`guarded.compiled(program, "postgresql").statement`): one round trip; a refusal
 aborts it with SQLSTATE 22P02 and comes back as `guarded.Refused`.
 
-Units of work: `read()` and `statement()` run in autocommit (no BEGIN: one round trip per
-statement); `transaction()` sends BEGIN, then COMMIT or ROLLBACK.
+Units of work: `read()` runs in autocommit (no BEGIN: one round trip per statement);
+`transaction()` sends BEGIN, then COMMIT or ROLLBACK; `statement()` hands its money program to
+the loop's group commit (`_Group`, decision 0370): alone it runs in autocommit, one round trip;
+several waiting together commit in one transaction, one WAL flush.
 
 Connections: one small pool per event loop (asyncpg connections belong to the loop that opened
 them, and a Runtime is used from several loops over its life in tests), made lazily inside the

@@ -17,13 +17,14 @@ or use `compiled(program, dialect)`, which memoizes); the two spellings differ o
 same step statements are put together:
 
 - **PostgreSQL** (`Compiled.statement`): ONE statement, i.e. one round trip, without any
-  database function. Every step is a data-modifying CTE (`WITH s1 AS (INSERT … RETURNING …),
-  s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING …), …`) gated on the step before
-  it, so the steps run in program order: `EXISTS (SELECT 1 FROM <last REFUSE/STOP step>)`
-  (nothing runs after a refusal or a stop) and, after a SKIP step, `(SELECT count(*) FROM
-  <it>) >= 0`. A column of an earlier step is a scalar subquery on its CTE (NULL when the step
-  returned nothing, as the bound parameter is on SQLite). The final SELECT returns
-  `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
+  database function. Its first CTE takes the advisory lock `MONEY_LOCK` shared, before any row
+  lock (a group commit holds it exclusively, decision 0370). Every step is a data-modifying CTE
+  (`WITH s1 AS (INSERT … RETURNING …), s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING
+  …), …`) gated on the step before it, so the steps run in program order: `EXISTS (SELECT 1 FROM
+  <last REFUSE/STOP step>)` (nothing runs after a refusal or a stop) and, after a SKIP step,
+  `(SELECT count(*) FROM <it>) >= 0`. A column of an earlier step is a scalar subquery on its
+  CTE (NULL when the step returned nothing, as the bound parameter is on SQLite). The final
+  SELECT returns `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
   REFUSE step came back empty it casts the text `mercato-refusal|<code>|<detail>|…|<n>` to
   integer instead, and that error (SQLSTATE 22P02) aborts the whole statement: a guard cannot
   undo the writes of the steps before it, the abort does. Atomic on its own in autocommit
