@@ -6,8 +6,10 @@ cache then parses each text once per connection. A guarded money program (`Run`)
 statement (`guarded.compiled(program, "postgresql").statement`): one round trip; a refusal
 aborts it with SQLSTATE 22P02 and comes back as `guarded.Refused`.
 
-Units of work: `read()` and `statement()` run in autocommit (no BEGIN: one round trip per
-statement); `transaction()` sends BEGIN, then COMMIT or ROLLBACK.
+Units of work: `read()` runs in autocommit (no BEGIN: one round trip per statement);
+`transaction()` sends BEGIN, then COMMIT or ROLLBACK; `statement()` hands its money program to
+the loop's group commit (`_Group`, decision 0370): alone it runs in autocommit, one round trip;
+several waiting together commit in one transaction, one WAL flush.
 
 Connections: one small pool per event loop (asyncpg connections belong to the loop that opened
 them, and a Runtime is used from several loops over its life in tests), made lazily inside the
@@ -20,6 +22,7 @@ before use and replaced when dead (decision 0183's rule on the sync engine).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import threading
 import time
@@ -74,6 +77,7 @@ class _Pool:
         self._idle: list[tuple[Any, float]] = []
         self._max_idle = max_idle
         self.closed = False
+        self.group: _Group | None = None
 
     async def acquire(self) -> Any:
         await self._slots.acquire()
@@ -197,26 +201,256 @@ class _Connection:
         return rows
 
     async def _run(self, op: Run) -> dict[str, Any] | None:
-        built = guarded.compiled(op.program, "postgresql")
-        assert built.statement is not None
-        prepared, _ = self._db.statements.prepare(built.statement)
-        sql, values = prepared.bind(program_values(built, op.params))
-        if self._db.observed.listeners:
-            self._db.observed.tell("sql", sql)
+        return await _fetch_program(self._conn, self._db, _bind_program(self._db, op))
+
+
+class _Bound:
+    """A money program ready to send: its SQL and values (fresh ids drawn once, in the
+    caller's unit of work), and how to read its row."""
+
+    __slots__ = ("built", "prepared", "sql", "values")
+
+    def __init__(self, built: guarded.Compiled, prepared: Prepared, sql: str, values: Any) -> None:
+        self.built = built
+        self.prepared = prepared
+        self.sql = sql
+        self.values = values
+
+
+def _bind_program(db: PostgresDatabase, op: Run) -> _Bound:
+    built = guarded.compiled(op.program, "postgresql")
+    assert built.statement is not None
+    prepared, _ = db.statements.prepare(built.statement)
+    sql, values = prepared.bind(program_values(built, op.params))
+    return _Bound(built, prepared, sql, values)
+
+
+async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict[str, Any] | None:
+    """Run a bound program on `conn`: its outputs, None when it stopped; raises
+    `guarded.Refused` or the SQLAlchemy form of the driver's error."""
+    sql = bound.sql
+    if db.observed.listeners:
+        db.observed.tell("sql", sql)
+    try:
+        record = await conn.fetchrow(sql, *bound.values)
+    except asyncpg.PostgresError as error:
+        if error.sqlstate == _INVALID_TEXT:
+            refused = guarded.parse_refusal(str(error))
+            if refused is not None:
+                raise refused from None
+        raise sqlalchemy_error(error, sql) from error
+    except (asyncpg.InterfaceError, OSError) as error:
+        raise sqlalchemy_error(error, sql) from error
+    row = bound.prepared.row(record)
+    if row[0] == 0:
+        return None
+    return dict(zip(bound.built.outputs, row[1:], strict=True))
+
+
+GROUP_MAX = 32
+"""At most this many money programs commit together."""
+_GROUP_BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({guarded.MONEY_LOCK})"
+
+
+class _Item:
+    __slots__ = ("bound", "future")
+
+    def __init__(self, bound: _Bound, future: asyncio.Future[Any]) -> None:
+        self.bound = bound
+        self.future = future
+
+
+class _Group:
+    """Group commit of one event loop's money programs (decision 0370).
+
+    A money program locks rows every concurrent call of an account (its balances, its quota
+    window) or every settle (the platform's revenue) must lock too, and holds them until its
+    COMMIT has been flushed to disk: on one hot row, one program per WAL flush. So the
+    `statement()` units of a loop queue their program here, and one task runs the queue:
+
+    - one program waiting: it runs alone, in autocommit, as one round trip (no added latency);
+    - several: up to `GROUP_MAX` run one after another in ONE transaction, which first takes
+      the money lock exclusively (`guarded.MONEY_LOCK`; every program takes it shared before
+      any row lock, so no other money statement, of this process or another, interleaves its
+      row locks with the group's: no deadlock), then COMMIT: one flush for all of them. Each
+      program's answer is given only after that COMMIT.
+    - when a program of a group fails (a refusal, a unique violation, any error), the whole
+      transaction is rolled back (nothing of the group is written), that program runs again
+      alone, in autocommit, and its own answer is the one its caller gets (exactly as without
+      grouping); the others go back to the head of the queue. A COMMIT the server refuses
+      (the transaction rolled back) runs each program alone; a COMMIT whose outcome is unknown
+      (the connection broke) fails every program of the group with that error, as it would
+      fail a single statement.
+    """
+
+    def __init__(self, db: PostgresDatabase, pool: _Pool) -> None:
+        self._db = db
+        self._pool = pool
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, bound: _Bound) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        item = _Item(bound, loop.create_future())
+        self._queue.append(item)
+        if self._task is None:
+            self._task = loop.create_task(self._drain())
+        result: dict[str, Any] | None = await item.future
+        return result
+
+    async def _drain(self) -> None:
         try:
-            record = await self._conn.fetchrow(sql, *values)
-        except asyncpg.PostgresError as error:
-            if error.sqlstate == _INVALID_TEXT:
-                refused = guarded.parse_refusal(str(error))
-                if refused is not None:
-                    raise refused from None
-            raise sqlalchemy_error(error, sql) from error
-        except (asyncpg.InterfaceError, OSError) as error:
-            raise sqlalchemy_error(error, sql) from error
-        row = prepared.row(record)
-        if row[0] == 0:
-            return None
-        return dict(zip(built.outputs, row[1:], strict=True))
+            while self._queue:
+                batch: list[_Item] = []
+                while self._queue and len(batch) < GROUP_MAX:
+                    item = self._queue.popleft()
+                    if not item.future.done():  # its caller was cancelled before it ran
+                        batch.append(item)
+                try:
+                    if len(batch) == 1:
+                        await self._alone(batch[0])
+                    elif batch:
+                        await self._together(batch)
+                except BaseException as error:  # a bug here must not leave callers waiting
+                    _fail(batch, error)
+                    if not isinstance(error, Exception):
+                        _fail(list(self._queue), error)
+                        self._queue.clear()
+                        raise
+        finally:
+            self._task = None
+
+    async def _once(self, bound: _Bound) -> dict[str, Any] | None:
+        """One program alone, in autocommit."""
+        pool = self._pool
+        conn = await pool.acquire()
+        healthy = False
+        try:
+            result = await _fetch_program(conn, self._db, bound)
+            healthy = True
+            return result
+        except BaseException as error:
+            healthy = _fit_after(error)
+            raise
+        finally:
+            pool.release(conn, healthy)
+
+    async def _alone(self, item: _Item) -> None:
+        try:
+            result = await self._once(item.bound)
+        except Exception as error:
+            _fail([item], error)
+            return
+        if not item.future.done():
+            item.future.set_result(result)
+
+    async def _together(self, batch: list[_Item]) -> None:
+        pool = self._pool
+        observed = self._db.observed
+        conn = await pool.acquire()
+        healthy = False
+        results: list[dict[str, Any] | None] = []
+        failed: int | None = None
+        committing = False
+        try:
+            if observed.listeners:
+                observed.tell("sql", _GROUP_BEGIN)
+            await conn.execute(_GROUP_BEGIN)
+            for index, item in enumerate(batch):
+                try:
+                    results.append(await _fetch_program(conn, self._db, item.bound))
+                except (guarded.Refused, DBAPIError):
+                    failed = index
+                    break
+            if failed is not None:
+                if observed.listeners:
+                    observed.tell("sql", "ROLLBACK")
+                await conn.execute("ROLLBACK")
+                healthy = True
+            else:
+                if observed.listeners:
+                    observed.tell("sql", "COMMIT")
+                committing = True
+                try:
+                    await conn.execute("COMMIT")
+                except asyncpg.PostgresError:  # the server rolled the group back
+                    healthy = not conn.is_in_transaction()
+                    failed = -1
+                else:
+                    healthy = True
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+            healthy = False
+            if committing:  # whether the COMMIT was applied is unknown, as for one statement
+                _fail(batch, sqlalchemy_error(error, "COMMIT"))
+                return
+            failed = -1  # BEGIN or ROLLBACK failed: nothing of the group was written
+        except BaseException as error:
+            healthy = _fit_after(error)
+            raise
+        finally:
+            pool.release(conn, healthy)
+        if failed is None:
+            for item, result in zip(batch, results, strict=True):
+                if not item.future.done():
+                    item.future.set_result(result)
+        elif failed < 0:
+            for item in batch:
+                await self._alone(item)
+        else:
+            # Nothing of the group was written: the one that failed gets its own answer
+            # alone; the others run again, next, in their order.
+            self._queue.extendleft(reversed(batch[:failed] + batch[failed + 1 :]))
+            await self._alone(batch[failed])
+
+
+def _fail(items: list[_Item], error: BaseException) -> None:
+    for item in items:
+        if item.future.done():
+            continue
+        if isinstance(error, asyncio.CancelledError):
+            item.future.cancel()
+        else:
+            item.future.set_exception(error)
+
+
+class _Grouped:
+    """A `statement()` unit's connection on PostgreSQL: its money program goes to the loop's
+    `_Group`; any other single statement runs alone in autocommit."""
+
+    __slots__ = ("_db", "_pool", "_unit")
+
+    def __init__(self, db: PostgresDatabase, pool: _Pool) -> None:
+        self._db = db
+        self._pool = pool
+        self._unit = OneUnit(Unit.STATEMENT)
+
+    @property
+    def refused(self) -> bool:
+        return self._unit.refused
+
+    async def execute(self, op: Op) -> Any:
+        self._unit.check(op)
+        pool = self._pool
+        if isinstance(op, Run):
+            group = pool.group
+            if group is None:
+                group = pool.group = _Group(self._db, pool)
+            try:
+                return await group.submit(_bind_program(self._db, op))
+            except guarded.Refused:
+                self._unit.refused = True
+                raise
+        conn = await pool.acquire()
+        healthy = False
+        try:
+            result = await _Connection(self._db, conn, Unit.TRANSACTION).execute(op)
+            healthy = True
+            return result
+        except BaseException as error:
+            healthy = _fit_after(error)
+            raise
+        finally:
+            pool.release(conn, healthy)
 
 
 def _fit_after(error: BaseException) -> bool:
@@ -237,7 +471,7 @@ class PostgresDatabase:
         db: Database,
         *,
         max_size: int = 20,
-        max_idle: int = 10,
+        max_idle: int = 20,
         idle_ping_seconds: float = IDLE_PING_SECONDS,
     ) -> None:
         self._idle_ping = idle_ping_seconds
@@ -313,7 +547,14 @@ class PostgresDatabase:
         return self._unit(Unit.TRANSACTION, begin=True)
 
     def statement(self) -> Any:
-        return self._unit(Unit.STATEMENT, begin=False)
+        return self._grouped()
+
+    @asynccontextmanager
+    async def _grouped(self) -> AsyncIterator[AsyncConnection]:
+        with bound(self._sync.ids):  # the program's fresh ids are drawn in the unit
+            if self.observed.listeners:
+                self.observed.tell("unit", Unit.STATEMENT.value)
+            yield _Grouped(self, self._pool())
 
     def dispose_ended(self) -> None:
         """Close the connections of the loops that have ended (without a loop: called by the

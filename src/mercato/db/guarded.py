@@ -17,13 +17,14 @@ or use `compiled(program, dialect)`, which memoizes); the two spellings differ o
 same step statements are put together:
 
 - **PostgreSQL** (`Compiled.statement`): ONE statement, i.e. one round trip, without any
-  database function. Every step is a data-modifying CTE (`WITH s1 AS (INSERT … RETURNING …),
-  s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING …), …`) gated on the step before
-  it, so the steps run in program order: `EXISTS (SELECT 1 FROM <last REFUSE/STOP step>)`
-  (nothing runs after a refusal or a stop) and, after a SKIP step, `(SELECT count(*) FROM
-  <it>) >= 0`. A column of an earlier step is a scalar subquery on its CTE (NULL when the step
-  returned nothing, as the bound parameter is on SQLite). The final SELECT returns
-  `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
+  database function. Its first CTE takes the advisory lock `MONEY_LOCK` shared, before any row
+  lock (a group commit holds it exclusively, decision 0370). Every step is a data-modifying CTE
+  (`WITH s1 AS (INSERT … RETURNING …), s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING
+  …), …`) gated on the step before it, so the steps run in program order: `EXISTS (SELECT 1 FROM
+  <last REFUSE/STOP step>)` (nothing runs after a refusal or a stop) and, after a SKIP step,
+  `(SELECT count(*) FROM <it>) >= 0`. A column of an earlier step is a scalar subquery on its
+  CTE (NULL when the step returned nothing, as the bound parameter is on SQLite). The final
+  SELECT returns `mercato_ok` (1 done, 0 stopped) and the outputs (`<step>__<column>`); when a
   REFUSE step came back empty it casts the text `mercato-refusal|<code>|<detail>|…|<n>` to
   integer instead, and that error (SQLSTATE 22P02) aborts the whole statement: a guard cannot
   undo the writes of the steps before it, the abort does. Atomic on its own in autocommit
@@ -68,6 +69,7 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     BindParameter,
     ColumnElement,
     Integer,
@@ -97,6 +99,11 @@ from mercato.core.ids import new_id
 from mercato.db.uow import one_statement
 
 REFUSAL_TAG = "mercato-refusal"
+MONEY_LOCK = int.from_bytes(b"mercato", "big")
+"""The PostgreSQL advisory lock key of the money statements: each program takes it shared
+(its first CTE, before any row lock); a group commit of several programs in one transaction
+(`mercato.db.aio_postgres`) takes it exclusively first (decision 0370)."""
+_MONEY_LOCK_CTE = "mercato_money"
 _REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
 _INVALID_TEXT = "22P02"
 
@@ -307,8 +314,13 @@ def _compile_one_statement(
 ) -> Compiled:
     ctes: dict[str, CTE] = {}
     refs = Refs("postgresql", ctes, {})
-    anchor: str | None = None
-    previous: str | None = None
+    # The money lock, shared: taken before any row lock, so that a group commit (which holds
+    # it exclusively) never interleaves its row locks with another money statement's.
+    ctes[_MONEY_LOCK_CTE] = select(
+        func.pg_advisory_xact_lock_shared(inline(MONEY_LOCK, BigInteger)).label("locked")
+    ).cte(_MONEY_LOCK_CTE)
+    anchor: str | None = _MONEY_LOCK_CTE
+    previous: str | None = _MONEY_LOCK_CTE
     for step in steps:
         gates: list[ColumnElement[bool]] = []
         if anchor is not None:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -28,7 +29,15 @@ class Invocation(Base):
     __tablename__ = "invocations"
     __table_args__ = (
         UniqueConstraint("account_id", "idempotency_key", name="uq_invocations_account_id"),
-        Index("ix_invocations_account_id_id", "account_id", "id"),
+        # Partial, so that the Idempotency-Key lookup can only use the unique key above
+        # (migration 0014, decision 0371); the receipts listing states the predicate.
+        Index(
+            "ix_invocations_account_id_id",
+            "account_id",
+            "id",
+            postgresql_where=text("id IS NOT NULL"),
+            sqlite_where=text("id IS NOT NULL"),
+        ),
         # The worker's lanes: fresh work (stuck_at IS NULL) and stuck calls, each by due time.
         Index(
             "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"

@@ -144,7 +144,8 @@ def list_for_owner(
     """The account's receipts, newest first, by keyset on the time-ordered id."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidQuery(f"limit must be 1-{MAX_PAGE}")
-    query = select(*_VIEW_COLUMNS).where(_c.account_id == account_id)
+    # `id IS NOT NULL` (always true) lets the planner use the partial listing index (0371).
+    query = select(*_VIEW_COLUMNS).where(_c.account_id == account_id, _c.id.is_not(None))
     if status is not None:
         if status not in PUBLIC_STATUSES:
             raise InvalidQuery(f"status must be one of {', '.join(PUBLIC_STATUSES)}")

@@ -78,7 +78,9 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
     units = [detail for kind, detail in seen if kind == "unit"]
     writes = [s for s in sent if not s.lstrip().startswith("SELECT")]
     assert len(writes) == 2, sent
-    assert writes[0].startswith("WITH intent AS") and writes[1].startswith("WITH finish AS")
+    # Each first takes the money lock, shared (decision 0370), then its steps in order.
+    assert all(w.startswith("WITH mercato_money AS") for w in writes)
+    assert "\nintent AS \n(INSERT" in writes[0] and "\nfinish AS \n(UPDATE" in writes[1]
     assert "INSERT INTO reservations" in writes[0] and "UPDATE reservations" in writes[1]
     assert all("invocation_accept(" not in w and "invocation_settle(" not in w for w in writes)
     assert not {"BEGIN", "COMMIT"} & {s.strip().upper() for s in sent}

@@ -1,0 +1,163 @@
+"""Money programs of concurrent `statement()` units (decision 0370).
+
+On PostgreSQL the programs waiting together commit in one transaction (one WAL flush for all);
+a program that fails there gets its own answer alone and the others run again. Whatever the
+grouping, every caller gets the answer it would get alone, and the ledger is the one a serial
+run leaves. On SQLite each unit is its own transaction; the same outcomes are asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import BigInteger, String, func, select
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from builders.accounts import make_account
+from builders.event_loops import run_on_fresh_loop
+from mercato.core.clock import utcnow
+from mercato.db import guarded
+from mercato.db.aio import observing
+from mercato.db.aio_postgres import GROUP_MAX
+from mercato.db.plans import Run
+from mercato.db.runtime import Runtime
+from mercato.ledger import checks, rules
+from mercato.ledger import service as ledger
+from mercato.ledger.models import LedgerAccount, Reservation
+
+CALLS = 2 * GROUP_MAX + 5
+POINTS = GROUP_MAX + 3
+
+
+def _reserve(account: str, reference: str) -> Run:
+    return Run(
+        ledger._RESERVE,
+        {
+            "reservation_id": f"res_{reference}",
+            "account_id": account,
+            "amount": 1,
+            "reference": reference,
+            "now": utcnow(),
+        },
+    )
+
+
+async def _one(runtime: Runtime, op: Run) -> Any:
+    try:
+        async with runtime.adb.statement() as conn:
+            return await conn.execute(op)
+    except (guarded.Refused, IntegrityError) as error:
+        return error
+
+
+def test_concurrent_programs_get_their_own_answers_and_the_ledger_a_serial_run(
+    runtime: Runtime,
+) -> None:
+    account = make_account(runtime.db, "grouped@example.com")
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account, amount=POINTS, now=utcnow())
+    # One reference twice: the second of the two is a unique violation (or short).
+    ops = [_reserve(account, f"ref-{i}") for i in range(CALLS)] + [_reserve(account, "ref-3")]
+    ops[-1].params["reservation_id"] = "res_twin"
+    sent: list[str] = []
+
+    async def scenario() -> list[Any]:
+        return list(await asyncio.gather(*(_one(runtime, op) for op in ops)))
+
+    with observing(runtime.adb, lambda kind, detail: sent.append(detail)):
+        answers = run_on_fresh_loop(scenario())
+
+    done = [a for a in answers if isinstance(a, dict)]
+    short = [a for a in answers if isinstance(a, guarded.Refused)]
+    twins = [a for a in answers if isinstance(a, IntegrityError)]
+    assert len(done) == POINTS
+    assert all(a.code == "short" for a in short)
+    assert len(done) + len(short) + len(twins) == len(ops) and len(twins) <= 1
+    with runtime.db.read() as session:
+        held = session.scalar(select(func.count()).select_from(Reservation))
+        balances = ledger.balances(session, account_id=account)
+        report = checks.run_checks(session)
+    assert held == POINTS
+    assert (balances.available, balances.reserved) == (0, POINTS)
+    assert report.balanced, report.problems
+    if runtime.db.engine.dialect.name == "postgresql":
+        begins = [s for s in sent if s.startswith("BEGIN; SELECT pg_advisory_xact_lock")]
+        assert begins, "no group formed"
+        assert "ROLLBACK" in sent  # the refusals after the last point rolled their group back
+        assert len(begins) < len(ops)
+
+
+def test_a_program_alone_is_one_round_trip_without_begin(runtime: Runtime) -> None:
+    account = make_account(runtime.db, "alone@example.com")
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account, amount=1, now=utcnow())
+    sent: list[tuple[str, str]] = []
+
+    async def scenario() -> Any:
+        return await _one(runtime, _reserve(account, "alone"))
+
+    with observing(runtime.adb, lambda kind, detail: sent.append((kind, detail))):
+        answer = run_on_fresh_loop(scenario())
+    assert isinstance(answer, dict)
+    if runtime.db.engine.dialect.name == "postgresql":
+        assert [kind for kind, _ in sent] == ["unit", "sql"]
+        assert sent[1][1].startswith("WITH mercato_money AS")
+
+
+def _unbalanced_entry(refs: guarded.Refs) -> Any:
+    values = {
+        "id": refs.param("entry", String),
+        "transfer_id": refs.param("transfer", String),
+        "ledger_account_id": refs.param("ledger_account", String),
+        "amount": refs.param("amount", BigInteger),
+    }
+    return guarded.insert_select(refs, rules.ENTRIES, values).returning(rules.ENTRIES.c.id)
+
+
+_UNBALANCED = guarded.Program("test-unbalanced-entry", (guarded.Step("bad", _unbalanced_entry),))
+
+
+@pytest.mark.postgres_only
+def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtime) -> None:
+    # One program of the group leaves a transfer unbalanced: the deferred check refuses the
+    # group's COMMIT. Each program then runs alone: only that one fails.
+    account = make_account(runtime.db, "commit@example.com")
+    with runtime.db.transaction() as session:
+        transfer = ledger.grant(session, account_id=account, amount=POINTS, now=utcnow())
+        ledger_account = session.scalar(
+            select(LedgerAccount.id).where(
+                LedgerAccount.owner == account, LedgerAccount.kind == "available"
+            )
+        )
+    bad = Run(
+        _UNBALANCED,
+        {
+            "entry": "ent_unbalanced",
+            "transfer": transfer,
+            "ledger_account": ledger_account,
+            "amount": 7,
+        },
+    )
+    ops = [_reserve(account, f"c-{i}") for i in range(5)] + [bad]
+    sent: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async def one(op: Run) -> Any:
+            try:
+                return await _one(runtime, op)
+            except DBAPIError as error:
+                return error
+
+        return list(await asyncio.gather(*(one(op) for op in ops)))
+
+    with observing(runtime.adb, lambda kind, detail: sent.append(detail)):
+        answers = run_on_fresh_loop(scenario())
+
+    assert all(isinstance(a, dict) for a in answers[:5]), answers
+    assert isinstance(answers[5], DBAPIError) and "does not balance" in str(answers[5])
+    assert sent.count("COMMIT") == 1  # the one group, refused; then each alone
+    with runtime.db.read() as session:
+        assert checks.run_checks(session).balanced
+        assert ledger.balances(session, account_id=account).reserved == 5
