@@ -100,11 +100,11 @@ def server_options(settings: Settings, *, host: str, port: int) -> dict[str, Any
         "server_header": False,
         # The app believes X-Forwarded-* from MERCATO_TRUSTED_PROXIES only (decision 0221).
         "proxy_headers": False,
-        # Connection limits (docs/decisions/0182-serve-connection-limits.md): h11 answers an
-        # oversized request head with 431 instead of buffering it; idle keep-alive connections
-        # are closed after 5 s; slow clients only hold their own connection.
-        "http": "h11",
-        "h11_max_incomplete_event_size": 64 * 1024,
+        # Connection limits (docs/decisions/0182-serve-connection-limits.md): the httptools
+        # parser with a bounded request head (decision 0380: a head over 64 KiB is answered 431,
+        # never buffered); idle keep-alive connections are closed after 5 s; slow clients only
+        # hold their own connection.
+        "http": "mercato.web.http:BoundedHttpToolsProtocol",
         "timeout_keep_alive": 5,
         # On SIGTERM, in-flight requests get their provider call's time to finish; a client
         # stalled mid-request cannot hold the shutdown open for ever.

@@ -12,7 +12,8 @@ from mercato.db.runtime import Runtime
 from mercato.dispatch.observed import AsyncObservedProviderClient, ObservedProviderClient
 from mercato.dispatch.port import PerLoopProvider
 from mercato.web import observe, openapi, pages, problems
-from mercato.web.api import routers
+from mercato.web.api import invocations, routers
+from mercato.web.direct import DirectRoute, route_of
 from mercato.web.edge import EdgeChecks
 from mercato.web.limits import BodyLimit
 
@@ -50,6 +51,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     for router in routers():
         app.include_router(router)
     pages.install(app)
+    # Innermost: the invoke route's requests go straight to it (web/direct.py, decision 0381).
+    app.add_middleware(DirectRoute, route=route_of(app.routes, invocations.invoke))
     app.add_middleware(EdgeChecks)  # one Authorization header, no U+0000 (web/edge.py)
     app.add_middleware(BodyLimit)  # request body caps (web/limits.py), outside EdgeChecks
     observe.install(app)  # request ids, log context, /metrics

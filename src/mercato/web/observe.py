@@ -64,6 +64,10 @@ class RequestContext:
     def __init__(self, app: ASGIApp, ids: Ids = SYSTEM_IDS) -> None:
         self.app = app
         self.ids = ids
+        # The labelled series each request counts in, looked up once per label values (they
+        # are bounded: methods, route templates, statuses and outcomes are finite sets).
+        self._requests: dict[tuple[str, str, int], Any] = {}
+        self._invokes: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,7 +100,11 @@ class RequestContext:
         method = scope.get("method", "")
         if method not in _METHODS:
             method = "OTHER"  # bounded label values
-        HTTP_REQUESTS.labels(method, route, str(status)).inc()
+        series = self._requests.get((method, route, status))
+        if series is None:
+            series = HTTP_REQUESTS.labels(method, route, str(status))
+            self._requests[method, route, status] = series
+        series.inc()
         state = scope.get("state", {})
         code = state.get(PROBLEM_CODE) if status >= 400 else None
         fields: dict[str, Any] = {
@@ -119,8 +127,12 @@ class RequestContext:
             fields["problem_code"] = code
         if route == INVOKE_ROUTE:
             outcome, settlement = state.get(_OUTCOME, REJECTED)
-            INVOKES.labels(outcome, settlement).inc()
-            INVOKE_LATENCY.labels(outcome).observe(elapsed)
+            invokes = self._invokes.get((outcome, settlement))
+            if invokes is None:
+                invokes = (INVOKES.labels(outcome, settlement), INVOKE_LATENCY.labels(outcome))
+                self._invokes[outcome, settlement] = invokes
+            invokes[0].inc()
+            invokes[1].observe(elapsed)
             if code == _QUOTA_CODE:
                 QUOTA_REJECTIONS.inc()
             fields["outcome"] = outcome

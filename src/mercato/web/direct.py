@@ -1,0 +1,94 @@
+"""The invoke route served directly, past FastAPI's router and dependency machinery.
+
+`DirectRoute` is the innermost middleware (inside the edge checks, the body caps and the request
+context, so those apply as to every request). A request the route answers in full (its method,
+and a path its own regex matches) goes straight to the route's endpoint, with the path
+parameters the route's own convertors give and the route set on the scope as the router would
+set it (the metrics and the log name the route from it); the route's errors become problem
+documents by the same functions the app's handlers call (`web.problems`). Anything else, an
+unexpected exception included, goes where it went before: other requests to the router, an
+unexpected exception out to the outermost 500 handler.
+
+The route stays registered with FastAPI as before, so the OpenAPI document is the one its
+declaration generates. It qualifies only when its endpoint is a coroutine taking its path
+parameters and `request` and returning a `Response` (no dependencies, no body field, no
+response model applied): what FastAPI itself would then do is call it and send that Response.
+See docs/decisions/0381-invoke-served-directly.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
+from starlette._utils import get_route_path
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mercato.core.errors import MercatoError
+from mercato.web import problems
+
+
+def route_of(routes: Any, endpoint: object) -> RouteContext:
+    """The route among `routes` (an app's, routers included) whose endpoint is `endpoint`."""
+    for context in iter_route_contexts(routes):
+        if getattr(context.original_route, "endpoint", None) is endpoint:
+            return context
+    raise LookupError(endpoint)
+
+
+def qualifies(route: APIRoute) -> bool:
+    """Whether `route` can be served directly with the same behaviour (see the module)."""
+    dependant = route.dependant
+    params = set(inspect.signature(route.endpoint).parameters)
+    return (
+        inspect.iscoroutinefunction(route.endpoint)
+        and not dependant.dependencies
+        and not dependant.body_params
+        and not dependant.query_params
+        and not dependant.header_params
+        and not dependant.cookie_params
+        and dependant.request_param_name == "request"
+        and params == {p.name for p in dependant.path_params} | {"request"}
+    )
+
+
+class DirectRoute:
+    """ASGI middleware serving one qualifying route's requests itself (see the module)."""
+
+    def __init__(self, app: ASGIApp, route: RouteContext) -> None:
+        original = route.original_route
+        if not isinstance(original, APIRoute) or not qualifies(original):
+            raise ValueError(f"{route.path} cannot be served directly")
+        self.app = app
+        self.route = original  # what the router sets as the scope's route
+        self.path_regex = route.path_regex  # the path as included (prefixes and all)
+        self.convertors = route.param_convertors
+        self.methods = frozenset(route.methods or ())
+        self.endpoint: Any = original.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        found = self.path_regex.match(get_route_path(scope))
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        convertors = self.convertors
+        params = {
+            name: convertors[name].convert(value) for name, value in found.groupdict().items()
+        }
+        scope["route"] = self.route
+        scope["endpoint"] = self.endpoint
+        scope["path_params"] = params
+        request = Request(scope, receive, send)
+        try:
+            response = await self.endpoint(request=request, **params)
+        except MercatoError as error:
+            response = problems.from_error(error)
+        except HTTPException as error:  # the body cap, raised from `receive` (web/limits.py)
+            response = problems.from_http_exception(error)
+        await response(scope, receive, send)

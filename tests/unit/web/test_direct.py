@@ -1,0 +1,111 @@
+"""`DirectRoute` (decision 0381): a qualifying route served past FastAPI's router, and
+everything else left to the app as before."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import httpx
+import pytest
+from fastapi import APIRouter, Depends, FastAPI, Request
+from starlette.responses import Response
+
+from mercato.core.errors import Unauthenticated
+from mercato.web import problems
+from mercato.web.direct import DirectRoute, qualifies, route_of
+from mercato.web.limits import BodyTooLarge
+
+router = APIRouter(prefix="/v1")
+seen: dict[str, Any] = {}
+
+
+@router.post("/things/{name}:poke")
+async def poke(name: str, request: Request) -> Response:
+    seen["route"] = getattr(request.scope.get("route"), "path", None)
+    body = await request.body()
+    if body == b"unauthenticated":
+        raise Unauthenticated("Who are you?")
+    if body == b"too-large":
+        raise BodyTooLarge(10)
+    if body == b"boom":
+        raise RuntimeError("boom")
+    return Response(f"{name}:{request.path_params['name']}:{body.decode()}")
+
+
+@router.get("/things/{name}:poke")
+async def peek(name: str) -> Response:
+    return Response(f"peek {name}")
+
+
+def _caller() -> str:
+    return "caller"
+
+
+@router.post("/with-dependency")
+async def with_dependency(who: Annotated[str, Depends(_caller)]) -> Response:
+    return Response(who)
+
+
+def _app() -> FastAPI:
+    app = FastAPI()
+    problems.install(app)
+    app.include_router(router)
+    app.add_middleware(DirectRoute, route=route_of(app.routes, poke))
+    return app
+
+
+def _post(path: str, body: bytes, method: str = "POST") -> httpx.Response:
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=_app(), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.request(method, path, content=body)
+
+    return asyncio.run(call())
+
+
+def test_the_route_is_served_with_its_path_parameters_and_scope_route() -> None:
+    seen.clear()
+    answer = _post("/v1/things/a%20b:poke", b"hello")
+    assert (answer.status_code, answer.text) == (200, "a b:a b:hello")
+    assert seen["route"] == "/v1/things/{name}:poke"  # the prefix is the included router's
+
+
+def test_its_errors_are_the_app_s_problem_documents() -> None:
+    refused = _post("/v1/things/x:poke", b"unauthenticated")
+    assert refused.status_code == 401
+    assert refused.headers["content-type"] == problems.PROBLEM_MEDIA_TYPE
+    assert refused.json()["code"] == "UNAUTHENTICATED"
+    capped = _post("/v1/things/x:poke", b"too-large")
+    assert (capped.status_code, capped.json()["code"]) == (413, "REQUEST_TOO_LARGE")
+
+
+def test_an_unexpected_error_still_reaches_the_500_handler() -> None:
+    answer = _post("/v1/things/x:poke", b"boom")
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "INTERNAL_ERROR"
+
+
+def test_other_methods_and_paths_go_to_the_router() -> None:
+    assert _post("/v1/things/x:poke", b"", method="GET").text == "peek x"
+    assert _post("/v1/things/x:poke", b"", method="PUT").status_code == 405
+    assert _post("/v1/things/x", b"").status_code == 404
+    assert _post("/v1/with-dependency", b"").text == "caller"
+
+
+def test_a_route_with_dependencies_or_parameters_it_would_not_get_does_not_qualify() -> None:
+    app = FastAPI()
+    app.include_router(router)
+    dependent = route_of(app.routes, with_dependency)
+    assert not qualifies(dependent.original_route)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        DirectRoute(app, route=dependent)
+    assert qualifies(route_of(app.routes, poke).original_route)  # type: ignore[arg-type]
+
+
+def test_the_product_invoke_route_qualifies() -> None:
+    from mercato.web.api import invocations
+
+    app = FastAPI()
+    app.include_router(invocations.router)
+    assert qualifies(route_of(app.routes, invocations.invoke).original_route)  # type: ignore[arg-type]
