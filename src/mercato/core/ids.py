@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Protocol
 
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -133,6 +133,16 @@ def bound(ids: Ids) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def bind(ids: Ids) -> Token[Ids]:
+    """`bound` without a block, for a unit of work that is a class (end it with `unbind`)."""
+    return _current.set(ids)
+
+
+def unbind(token: Token[Ids]) -> None:
+    """End what `bind` began."""
+    _current.reset(token)
 
 
 def new_id(prefix: str) -> str:

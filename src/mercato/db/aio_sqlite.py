@@ -25,14 +25,14 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from mercato.core.ids import bound
+from mercato.core.ids import bind, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
@@ -290,56 +290,17 @@ class SqliteDatabase:
             delay = min(delay * 2, MAX_BACKOFF)
 
     # --- units of work ------------------------------------------------------------------
+    # Plain classes rather than generator-based context managers: three units per invoke, and
+    # a generator's frame, its wrapper and a nested `bound` block cost more than the unit.
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        with bound(self._sync.ids):
-            self.observed.tell("unit", Unit.READ.value)
-            raw = self._checkout()
-            healthy = False
-            try:
-                raw.execute("BEGIN")
-                yield _Connection(self, raw, Unit.READ)
-                healthy = True
-            finally:
-                healthy = self._end(raw, "ROLLBACK") and healthy
-                self._checkin(raw, healthy)
+    def read(self) -> _ReadUnit:
+        return _ReadUnit(self)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self._write(Unit.TRANSACTION) as conn:
-            yield conn
+    def transaction(self) -> _WriteUnit:
+        return _WriteUnit(self, Unit.TRANSACTION)
 
-    @asynccontextmanager
-    async def statement(self) -> AsyncIterator[AsyncConnection]:
-        async with self._write(Unit.STATEMENT) as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def _write(self, unit: Unit) -> AsyncIterator[AsyncConnection]:
-        with bound(self._sync.ids):
-            self.observed.tell("unit", unit.value)
-            async with self._writer_lock():
-                raw = self._checkout()
-                healthy = True
-                try:
-                    await self._begin_immediate(raw)
-                    conn = _Connection(self, raw, unit)
-                    try:
-                        yield conn
-                    except BaseException:
-                        healthy = self._end(raw, "ROLLBACK")
-                        raise
-                    try:
-                        raw.execute("ROLLBACK" if conn.refused else "COMMIT")
-                    except sqlite3.Error as error:
-                        healthy = self._end(raw, "ROLLBACK")
-                        raise sqlalchemy_error(error, "COMMIT") from error
-                except BaseException:
-                    healthy = healthy and not raw.in_transaction
-                    raise
-                finally:
-                    self._checkin(raw, healthy)
+    def statement(self) -> _WriteUnit:
+        return _WriteUnit(self, Unit.STATEMENT)
 
     @staticmethod
     def _end(raw: sqlite3.Connection, sql: str) -> bool:
@@ -365,3 +326,109 @@ class SqliteDatabase:
             idle, self._idle = self._idle, []
         for raw in idle:
             raw.close()
+
+
+class _ReadUnit:
+    """`SqliteDatabase.read()`: one DEFERRED transaction, ended with a rollback. The
+    connection goes back to the idle list when the block ended without an exception."""
+
+    __slots__ = ("_db", "_raw", "_token")
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        token = bind(db._sync.ids)
+        try:
+            if db.observed.listeners:
+                db.observed.tell("unit", Unit.READ.value)
+            raw = db._checkout()
+            try:
+                raw.execute("BEGIN")
+            except BaseException:
+                db._end(raw, "ROLLBACK")
+                db._checkin(raw, False)
+                raise
+        except BaseException:
+            unbind(token)
+            raise
+        self._raw, self._token = raw, token
+        return _Connection(db, raw, Unit.READ)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        db, raw = self._db, self._raw
+        try:
+            healthy = db._end(raw, "ROLLBACK") and exc_type is None
+            db._checkin(raw, healthy)
+        finally:
+            unbind(self._token)
+
+
+class _WriteUnit:
+    """`SqliteDatabase.transaction()` and `statement()`: BEGIN IMMEDIATE behind the loop's
+    writer lock; COMMIT when the block ends (ROLLBACK when a money program in it was refused,
+    or on an exception)."""
+
+    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_unit")
+
+    def __init__(self, db: SqliteDatabase, unit: Unit) -> None:
+        self._db = db
+        self._unit = unit
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        token = bind(db._sync.ids)
+        try:
+            if db.observed.listeners:
+                db.observed.tell("unit", self._unit.value)
+            lock = db._writer_lock()
+            await lock.acquire()
+            try:
+                raw = db._checkout()
+                try:
+                    await db._begin_immediate(raw)
+                except BaseException:
+                    db._checkin(raw, not raw.in_transaction)
+                    raise
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            unbind(token)
+            raise
+        self._lock, self._raw, self._token = lock, raw, token
+        self._conn = _Connection(db, raw, self._unit)
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        db, raw = self._db, self._raw
+        healthy = True
+        try:
+            if exc_type is not None:
+                healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
+                return
+            try:
+                raw.execute("ROLLBACK" if self._conn.refused else "COMMIT")
+            except sqlite3.Error as error:
+                healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
+                raise sqlalchemy_error(error, "COMMIT") from error
+            except BaseException:
+                healthy = not raw.in_transaction
+                raise
+        finally:
+            try:
+                db._checkin(raw, healthy)
+            finally:
+                self._lock.release()
+                unbind(self._token)
