@@ -40,6 +40,7 @@ class Prepared:
         "__weakref__",
         "_bind_processors",
         "_binds",
+        "_defaults",
         "_keys",
         "_pick",
         "_result_processors",
@@ -69,6 +70,8 @@ class Prepared:
             itemgetter(*keys) if len(keys) > 1 else None
         )
         self._keys = keys
+        self._defaults = False
+        """Some value was missing from the parameters once: fill missing ones per call."""
         self._bind_processors = tuple(
             (index, bind[4]) for index, bind in enumerate(binds) if bind[4] is not None
         )
@@ -92,11 +95,17 @@ class Prepared:
         if self.expanding or extracted is not None:
             return self._bind_slow(params, extracted)
         given = params or _NO_PARAMS
-        try:
-            pick = self._pick
-            values = list(pick(given)) if pick is not None else [given[k] for k in self._keys]
-        except KeyError:
+        if self._defaults:
             values = self._with_defaults(given)
+        else:
+            try:
+                pick = self._pick
+                values = list(pick(given)) if pick is not None else [given[k] for k in self._keys]
+            except KeyError:
+                # A statement with literal values of its own (or optional parameters): take
+                # the loop that fills them from now on rather than raise on every call.
+                self._defaults = True
+                values = self._with_defaults(given)
         for index, process in self._bind_processors:
             values[index] = process(values[index])
         return self.sql, values
