@@ -9,17 +9,25 @@ parameter through every call; code outside a unit of work asks `runtime.ids` dir
 
 from __future__ import annotations
 
-import secrets
+import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Protocol
 
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+"""Every two-digit base-36 string, by value (0-1295): two digits per lookup."""
+_36_4 = 36**4
+_36_8 = 36**8
+_36_9 = 36**9
+_36_16 = 36**16
 
 
 def _base36(number: int, width: int) -> str:
+    """The low `width` base-36 digits of `number` (zero-padded), one digit at a time."""
     out = []
     for _ in range(width):
         number, rem = divmod(number, 36)
@@ -27,20 +35,90 @@ def _base36(number: int, width: int) -> str:
     return "".join(reversed(out))
 
 
+def _base36_8(number: int) -> str:
+    """`_base36(number, 8)` for 0 <= number < 36**8: four table lookups."""
+    pairs = _PAIRS
+    high, low = divmod(number, _36_4)
+    a, b = divmod(high, 1296)
+    c, d = divmod(low, 1296)
+    return pairs[a] + pairs[b] + pairs[c] + pairs[d]
+
+
+def _base36_9(number: int) -> str:
+    """`_base36(number, 9)` for 0 <= number < 36**9."""
+    first, rest = divmod(number, _36_8)
+    return _ALPHABET[first] + _base36_8(rest)
+
+
+def _base36_16(number: int) -> str:
+    """`_base36(number, 16)` for 0 <= number < 36**16."""
+    high, low = divmod(number, _36_8)
+    return _base36_8(high) + _base36_8(low)
+
+
 def format_id(prefix: str, millis: int, bits: int) -> str:
     """`<prefix>_<9 base-36 digits of millis><16 of 80 random bits>`: lexical order is time."""
-    return f"{prefix}_{_base36(millis, 9)}{_base36(bits, 16)}"
+    head = _base36_9(millis) if 0 <= millis < _36_9 else _base36(millis, 9)
+    tail = _base36_16(bits) if 0 <= bits < _36_16 else _base36(bits, 16)
+    return f"{prefix}_{head}{tail}"
 
 
 class Ids(Protocol):
     def new(self, prefix: str) -> str: ...
 
 
+_RANDOM_BYTES = 10  # 80 bits per id
+_BATCH = 64  # ids' worth of random bytes read from the OS at once
+
+
+class _Source:
+    """The random bytes and time digits of the system's ids, shared by every `SystemIds`.
+
+    The bytes are read from `os.urandom` (what `secrets` reads) for 64 ids at a time and
+    handed out once each, under a lock (threads share the source); a forked child forgets the
+    parent's unused bytes, so two processes never hand out the same ones. The time digits of
+    the current millisecond are formatted once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool = b""
+        self.next = 0
+        self.millis = -1
+        self.head = ""
+
+    def draw(self) -> tuple[str, int]:
+        """The time digits of now and 80 fresh random bits."""
+        with self.lock:
+            at = self.next
+            if at >= len(self.pool):
+                self.pool, at = os.urandom(_RANDOM_BYTES * _BATCH), 0
+            self.next = at + _RANDOM_BYTES
+            chunk = self.pool[at : at + _RANDOM_BYTES]
+            millis = time.time_ns() // 1_000_000
+            if millis != self.millis:
+                self.head = _base36_9(millis) if 0 <= millis < _36_9 else _base36(millis, 9)
+                self.millis = millis
+            return self.head, int.from_bytes(chunk)
+
+
+_SOURCE = _Source()
+
+
+def _forget_after_fork() -> None:
+    global _SOURCE
+    _SOURCE = _Source()  # a fresh lock too: one held by another thread at fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class SystemIds:
-    """Wall-clock milliseconds and 80 bits from the operating system's CSPRNG."""
+    """Wall-clock milliseconds and 80 bits from the operating system's CSPRNG (`_Source`)."""
 
     def new(self, prefix: str) -> str:
-        return format_id(prefix, time.time_ns() // 1_000_000, secrets.randbits(80))
+        head, bits = _SOURCE.draw()
+        return f"{prefix}_{head}{_base36_16(bits)}"
 
 
 SYSTEM_IDS = SystemIds()
@@ -55,6 +133,16 @@ def bound(ids: Ids) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def bind(ids: Ids) -> Token[Ids]:
+    """`bound` without a block, for a unit of work that is a class (end it with `unbind`)."""
+    return _current.set(ids)
+
+
+def unbind(token: Token[Ids]) -> None:
+    """End what `bind` began."""
+    _current.reset(token)
 
 
 def new_id(prefix: str) -> str:

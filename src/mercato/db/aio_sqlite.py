@@ -25,27 +25,59 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
 
-from mercato.core.ids import bound
+from mercato.core.ids import bind, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
-from mercato.db.aio_statements import Statements, sqlalchemy_error
-from mercato.db.plans import AsyncConnection, Op, Run
+from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
+from mercato.db.plans import AsyncConnection, Op, Rows, Run
 from mercato.db.uow import Database
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 FIRST_BACKOFF = 0.0005
 MAX_BACKOFF = 0.02
+_MAX_PROGRAMS = 256
 
 
 def _is_busy(error: sqlite3.Error) -> bool:
     code = getattr(error, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in _BUSY
+
+
+class _Step:
+    """One step of a guarded program, compiled for sqlite3 once (`_program`)."""
+
+    __slots__ = ("code", "detail", "empty", "names", "required_if", "statement")
+
+    def __init__(self, item: guarded.CompiledStep, prepare: Callable[[Any], Prepared]) -> None:
+        step = item.step
+        self.statement = prepare(item.statement)
+        self.required_if = None if item.required_if is None else prepare(item.required_if)
+        self.detail = None if item.detail is None else prepare(item.detail)
+        self.empty = step.empty
+        self.code = step.code
+        self.names = tuple(f"s_{step.name}_{column}" for column in item.columns)
+        """The bind names of the columns it returns, for the steps after it."""
+
+
+class _Program:
+    """A guarded program's steps compiled for sqlite3, with how its outputs are read back."""
+
+    __slots__ = ("built", "outputs", "program", "steps")
+
+    def __init__(
+        self, program: guarded.Program, built: guarded.Compiled, prepare: Callable[[Any], Prepared]
+    ) -> None:
+        self.program = program
+        self.built = built
+        self.steps = tuple(_Step(item, prepare) for item in built.steps)
+        self.outputs = tuple((name, "s_" + name.replace(".", "_", 1)) for name in built.outputs)
 
 
 class _Connection:
@@ -60,12 +92,13 @@ class _Connection:
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
-        if isinstance(op, Run):
+        if type(op) is Run:
             try:
                 return self._run(op)
             except guarded.Refused:
                 self._unit.refused = True
                 raise
+        assert isinstance(op, Rows)
         if self._unit.unit is not Unit.READ:
             return self._rows(op.statement, op.params)
         # A reader does not wait for the writer in WAL mode, but can find the WAL index
@@ -87,17 +120,19 @@ class _Connection:
 
     def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
         prepared, extracted = self._db.statements.prepare(statement, params)
-        if params is not None and not isinstance(params, Mapping):
+        if params is not None and type(params) is not dict and not isinstance(params, Mapping):
             return self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)
+        return self._send(prepared, sql, values)
+
+    def _send(self, prepared: Prepared, sql: str, values: list[Any]) -> list[tuple[Any, ...]]:
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
         try:
-            cursor = self._raw.execute(sql, values)
-            raw = cursor.fetchall()
+            raw = self._raw.execute(sql, values).fetchall()
         except sqlite3.Error as error:
             raise sqlalchemy_error(error, sql) from error
-        return [prepared.row(row) for row in raw]
+        return prepared.rows(raw)
 
     def _many(
         self, prepared: Any, extracted: Any, params: Sequence[Mapping[str, Any]]
@@ -121,38 +156,39 @@ class _Connection:
             rows.extend(prepared.row(row) for row in raw)
         return rows
 
-    def _first(self, statement: Any, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        rows = self._rows(statement, values)
+    def _first(self, prepared: Prepared, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        sql, bound_values = prepared.bind(values)
+        rows = self._send(prepared, sql, bound_values)
         return rows[0] if rows else None
 
     def _run(self, op: Run) -> dict[str, Any] | None:
-        """`guarded._run_steps`: the program's steps one after another in this transaction."""
-        built = guarded.compiled(op.program, "sqlite")
-        values = program_values(built, op.params)
-        for item in built.steps:
-            step = item.step
-            row = self._first(item.statement, values)
+        """`guarded._run_steps`: the program's steps one after another in this transaction,
+        each compiled once as the sync side compiles it (`guarded.Compiled.sql`)."""
+        program = self._db.program(op.program)
+        values = program_values(program.built, op.params)
+        first = self._first
+        for step in program.steps:
+            row = first(step.statement, values)
             if row is not None:
-                for column, value in zip(item.columns, row, strict=True):
-                    values[f"s_{step.name}_{column}"] = value
+                values.update(zip(step.names, row, strict=True))
                 continue
             if step.empty is guarded.Empty.STOP:
                 return None
             if step.empty is guarded.Empty.REFUSE:
                 required = True
-                if item.required_if is not None:
-                    found = self._first(item.required_if, values)
+                if step.required_if is not None:
+                    found = first(step.required_if, values)
                     required = bool(found[0]) if found is not None else False
                 if required:
                     detail: tuple[Any, ...] = ()
-                    if item.detail is not None:
-                        detail = self._first(item.detail, values) or ()
+                    if step.detail is not None:
+                        detail = first(step.detail, values) or ()
                     raise guarded.Refused(
                         step.code, tuple(None if v is None else str(v) for v in detail)
                     )
-            for column in item.columns:
-                values[f"s_{step.name}_{column}"] = None
-        return {name: values["s_" + name.replace(".", "_", 1)] for name in built.outputs}
+            for name in step.names:
+                values[name] = None
+        return {name: values[key] for name, key in program.outputs}
 
 
 class SqliteDatabase:
@@ -181,6 +217,22 @@ class SqliteDatabase:
         )
         self._closed = False
         self.observed = Observed()
+        self._programs: dict[int, _Program] = {}
+
+    def program(self, program: guarded.Program) -> _Program:
+        """`program`'s steps compiled for this database, once."""
+        found = self._programs.get(id(program))
+        if found is None or found.program is not program:
+            if len(self._programs) >= _MAX_PROGRAMS:  # programs built per call (tests)
+                self._programs.clear()
+            found = _Program(program, guarded.compiled(program, "sqlite"), self._compile)
+            self._programs[id(program)] = found
+        return found
+
+    def _compile(self, clause: Any) -> Prepared:
+        compiled = clause.compile(dialect=self.statements.dialect)
+        assert isinstance(compiled, SQLCompiler)
+        return Prepared(compiled, self.statements.dialect)
 
     # --- connections --------------------------------------------------------------------
 
@@ -238,56 +290,17 @@ class SqliteDatabase:
             delay = min(delay * 2, MAX_BACKOFF)
 
     # --- units of work ------------------------------------------------------------------
+    # Plain classes rather than generator-based context managers: three units per invoke, and
+    # a generator's frame, its wrapper and a nested `bound` block cost more than the unit.
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        with bound(self._sync.ids):
-            self.observed.tell("unit", Unit.READ.value)
-            raw = self._checkout()
-            healthy = False
-            try:
-                raw.execute("BEGIN")
-                yield _Connection(self, raw, Unit.READ)
-                healthy = True
-            finally:
-                healthy = self._end(raw, "ROLLBACK") and healthy
-                self._checkin(raw, healthy)
+    def read(self) -> _ReadUnit:
+        return _ReadUnit(self)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self._write(Unit.TRANSACTION) as conn:
-            yield conn
+    def transaction(self) -> _WriteUnit:
+        return _WriteUnit(self, Unit.TRANSACTION)
 
-    @asynccontextmanager
-    async def statement(self) -> AsyncIterator[AsyncConnection]:
-        async with self._write(Unit.STATEMENT) as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def _write(self, unit: Unit) -> AsyncIterator[AsyncConnection]:
-        with bound(self._sync.ids):
-            self.observed.tell("unit", unit.value)
-            async with self._writer_lock():
-                raw = self._checkout()
-                healthy = True
-                try:
-                    await self._begin_immediate(raw)
-                    conn = _Connection(self, raw, unit)
-                    try:
-                        yield conn
-                    except BaseException:
-                        healthy = self._end(raw, "ROLLBACK")
-                        raise
-                    try:
-                        raw.execute("ROLLBACK" if conn.refused else "COMMIT")
-                    except sqlite3.Error as error:
-                        healthy = self._end(raw, "ROLLBACK")
-                        raise sqlalchemy_error(error, "COMMIT") from error
-                except BaseException:
-                    healthy = healthy and not raw.in_transaction
-                    raise
-                finally:
-                    self._checkin(raw, healthy)
+    def statement(self) -> _WriteUnit:
+        return _WriteUnit(self, Unit.STATEMENT)
 
     @staticmethod
     def _end(raw: sqlite3.Connection, sql: str) -> bool:
@@ -313,3 +326,109 @@ class SqliteDatabase:
             idle, self._idle = self._idle, []
         for raw in idle:
             raw.close()
+
+
+class _ReadUnit:
+    """`SqliteDatabase.read()`: one DEFERRED transaction, ended with a rollback. The
+    connection goes back to the idle list when the block ended without an exception."""
+
+    __slots__ = ("_db", "_raw", "_token")
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        token = bind(db._sync.ids)
+        try:
+            if db.observed.listeners:
+                db.observed.tell("unit", Unit.READ.value)
+            raw = db._checkout()
+            try:
+                raw.execute("BEGIN")
+            except BaseException:
+                db._end(raw, "ROLLBACK")
+                db._checkin(raw, False)
+                raise
+        except BaseException:
+            unbind(token)
+            raise
+        self._raw, self._token = raw, token
+        return _Connection(db, raw, Unit.READ)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        db, raw = self._db, self._raw
+        try:
+            healthy = db._end(raw, "ROLLBACK") and exc_type is None
+            db._checkin(raw, healthy)
+        finally:
+            unbind(self._token)
+
+
+class _WriteUnit:
+    """`SqliteDatabase.transaction()` and `statement()`: BEGIN IMMEDIATE behind the loop's
+    writer lock; COMMIT when the block ends (ROLLBACK when a money program in it was refused,
+    or on an exception)."""
+
+    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_unit")
+
+    def __init__(self, db: SqliteDatabase, unit: Unit) -> None:
+        self._db = db
+        self._unit = unit
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        token = bind(db._sync.ids)
+        try:
+            if db.observed.listeners:
+                db.observed.tell("unit", self._unit.value)
+            lock = db._writer_lock()
+            await lock.acquire()
+            try:
+                raw = db._checkout()
+                try:
+                    await db._begin_immediate(raw)
+                except BaseException:
+                    db._checkin(raw, not raw.in_transaction)
+                    raise
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            unbind(token)
+            raise
+        self._lock, self._raw, self._token = lock, raw, token
+        self._conn = _Connection(db, raw, self._unit)
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        db, raw = self._db, self._raw
+        healthy = True
+        try:
+            if exc_type is not None:
+                healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
+                return
+            try:
+                raw.execute("ROLLBACK" if self._conn.refused else "COMMIT")
+            except sqlite3.Error as error:
+                healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
+                raise sqlalchemy_error(error, "COMMIT") from error
+            except BaseException:
+                healthy = not raw.in_transaction
+                raise
+        finally:
+            try:
+                db._checkin(raw, healthy)
+            finally:
+                self._lock.release()
+                unbind(self._token)

@@ -19,6 +19,7 @@ import sqlite3
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import exc
@@ -29,6 +30,7 @@ from sqlalchemy.sql.dml import ValuesBase
 
 Processor = Callable[[Any], Any]
 _MISSING = object()
+_NO_PARAMS: Mapping[str, Any] = {}
 
 
 class Prepared:
@@ -36,7 +38,12 @@ class Prepared:
 
     __slots__ = (
         "__weakref__",
+        "_bind_processors",
         "_binds",
+        "_defaults",
+        "_keys",
+        "_pick",
+        "_result_processors",
         "_results",
         "compiled",
         "dml_without_rows",
@@ -56,9 +63,24 @@ class Prepared:
                 (bind.key, bind.value, bool(bind.required), bind.callable, processors.get(name))
             )
         self._binds = tuple(binds)
+        # The hot path's shape of the same facts: the values are picked by key in one C call
+        # and only the positions whose type processes a value are visited.
+        keys = tuple(bind[0] for bind in binds)
+        self._pick: Callable[[Mapping[str, Any]], Any] | None = (
+            itemgetter(*keys) if len(keys) > 1 else None
+        )
+        self._keys = keys
+        self._defaults = False
+        """Some value was missing from the parameters once: fill missing ones per call."""
+        self._bind_processors = tuple(
+            (index, bind[4]) for index, bind in enumerate(binds) if bind[4] is not None
+        )
         self._results: tuple[Processor | None, ...] = tuple(
             column.type._cached_result_processor(dialect, None)
             for column in compiled._result_columns
+        )
+        self._result_processors = tuple(
+            (index, process) for index, process in enumerate(self._results) if process is not None
         )
         self.expanding = bool(compiled.post_compile_params or compiled.literal_execute_params)
         self.dml_without_rows = bool(
@@ -72,9 +94,27 @@ class Prepared:
         """The SQL to send and its positional values for `params`."""
         if self.expanding or extracted is not None:
             return self._bind_slow(params, extracted)
-        given = params or {}
+        given = params or _NO_PARAMS
+        if self._defaults:
+            values = self._with_defaults(given)
+        else:
+            try:
+                pick = self._pick
+                values = list(pick(given)) if pick is not None else [given[k] for k in self._keys]
+            except KeyError:
+                # A statement with literal values of its own (or optional parameters): take
+                # the loop that fills them from now on rather than raise on every call.
+                self._defaults = True
+                values = self._with_defaults(given)
+        for index, process in self._bind_processors:
+            values[index] = process(values[index])
+        return self.sql, values
+
+    def _with_defaults(self, given: Mapping[str, Any]) -> list[Any]:
+        """The values of `given`, a missing one made by its bind's callable or taken from the
+        statement (its own value, or an error when it is required); not yet processed."""
         values: list[Any] = []
-        for key, default, required, make, process in self._binds:
+        for key, default, required, make, _process in self._binds:
             value = given.get(key, _MISSING)
             if value is _MISSING:
                 if make is not None:
@@ -83,8 +123,8 @@ class Prepared:
                     raise exc.InvalidRequestError(f"A value is required for bind parameter {key!r}")
                 else:
                     value = default
-            values.append(value if process is None else process(value))
-        return self.sql, values
+            values.append(value)
+        return values
 
     def _bind_slow(
         self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None
@@ -111,13 +151,23 @@ class Prepared:
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
         """A driver row as the tuple a Session returns (result processors applied)."""
-        results = self._results
-        if len(results) != len(raw):  # a textual statement: no types to apply
-            return tuple(raw)
-        return tuple(
-            value if process is None or value is None else process(value)
-            for process, value in zip(results, raw, strict=True)
-        )
+        processors = self._result_processors
+        if not processors or len(raw) != len(self._results):
+            # Nothing to convert, or a textual statement: no types to apply.
+            return raw if type(raw) is tuple else tuple(raw)
+        values = list(raw)
+        for index, process in processors:
+            value = values[index]
+            if value is not None:
+                values[index] = process(value)
+        return tuple(values)
+
+    def rows(self, raw: list[Any]) -> list[tuple[Any, ...]]:
+        """`row` of every driver row (a list of tuples without conversions comes back as is)."""
+        if not self._result_processors and all(type(one) is tuple for one in raw):
+            return raw
+        row = self.row
+        return [row(one) for one in raw]
 
 
 _Found = tuple[Prepared, Sequence[Any] | None]

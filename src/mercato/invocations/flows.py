@@ -40,7 +40,13 @@ from mercato.invocations.errors import (
     RequestTooLarge,
 )
 from mercato.invocations.failpoints import AFTER_ACCEPT, AFTER_SEND, BEFORE_ACCEPT, BEFORE_SETTLE
-from mercato.invocations.schemas import CONTRACT_VIOLATION, UNAVAILABLE, InvocationView, State
+from mercato.invocations.schemas import (
+    CONTRACT_VIOLATION,
+    UNAVAILABLE,
+    Address,
+    InvocationView,
+    State,
+)
 from mercato.invocations.service import Job
 from mercato.ledger.errors import InsufficientPoints
 from mercato.protocol import Outcome
@@ -133,6 +139,24 @@ async def in_transaction(
                 raise
             await runtime.asleep(runtime.random.random() * 0.05 * attempt)
     raise AssertionError("unreachable")
+
+
+_ADDRESSES: dict[tuple[str, str, int, str], tuple[Settings, Address]] = {}
+_MAX_ADDRESSES = 256
+
+
+def _address(target: DispatchTarget, settings: Settings) -> Address:
+    """`invocations.address_of`, kept per (connection, revision, credential): a pure function
+    of those and the settings (an HMAC under a derived key), which every invoke asks again."""
+    key = (target.connection_id, target.base_url, target.revision, target.credential)
+    found = _ADDRESSES.get(key)
+    if found is not None and found[0] is settings:
+        return found[1]
+    address = invocations.address_of(target, settings)
+    if len(_ADDRESSES) >= _MAX_ADDRESSES:
+        _ADDRESSES.clear()
+    _ADDRESSES[key] = (settings, address)
+    return address
 
 
 # --- validation --------------------------------------------------------------------------
@@ -321,7 +345,7 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
             version=version,
             payload=request.body,
             policy=policy,
-            address=invocations.address_of(target, runtime.settings),
+            address=_address(target, runtime.settings),
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
             now=now,
@@ -405,7 +429,7 @@ async def send_and_conclude(
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
                 lease_seconds=lease_seconds(runtime),
-                address=invocations.address_of(target, runtime.settings),
+                address=_address(target, runtime.settings),
                 now=runtime.clock.now(),
             )
         if counted is None:
@@ -576,7 +600,7 @@ async def _count_and_send(runtime: Runtime, job: Job, owner: str) -> None:
             invocation_id=job.invocation_id,
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
-            address=invocations.address_of(target, runtime.settings),
+            address=_address(target, runtime.settings),
             now=runtime.clock.now(),
         )
     if sends is None:

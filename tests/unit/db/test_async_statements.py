@@ -55,6 +55,40 @@ def test_a_missing_required_parameter_is_refused() -> None:
         prepared.bind({})
 
 
+def test_values_missing_from_the_parameters_come_from_the_statement() -> None:
+    statements = Statements(asyncpg_dialect())
+    noon = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+    made = select(T.c.id).where(
+        T.c.at == bindparam("at", callable_=lambda: noon, type_=UTCDateTime),
+        T.c.n == bindparam("n", value=7, required=False),
+    )
+    prepared, _ = statements.prepare(made)
+    # given: taken as is (and processed by its type); missing: its callable, or its value
+    paris = dt.datetime(2026, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert prepared.bind({"at": paris, "n": 1})[1] == [paris, 1]
+    assert prepared.bind({"at": paris})[1][1] == 7
+    values = prepared.bind({"n": 2})[1]
+    assert values == [noon, 2] and values[0].tzinfo == dt.UTC
+    assert prepared.bind(None)[1] == [noon, 7]
+    one, _ = statements.prepare(select(T.c.id).where(T.c.id == bindparam("id")))
+    assert one.bind({"id": "a", "other": 1})[1] == ["a"]
+    none, _ = statements.prepare(select(T.c.id))
+    assert none.bind({"id": "a"})[1] == []
+
+
+def test_rows_are_read_back_through_their_types() -> None:
+    statements = Statements(asyncpg_dialect())
+    read, _ = statements.prepare(_BY_ID)
+    assert read.rows([("a", None), ("b", dt.datetime(2026, 1, 1))]) == [
+        ("a", None),
+        ("b", dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
+    ]
+    plain, _ = statements.prepare(select(T.c.id, T.c.n))
+    raw = [("a", 1), ("b", 2)]
+    assert plain.rows(raw) == raw
+    assert plain.rows([["a", 1]]) == [("a", 1)]  # a driver's record becomes a tuple
+
+
 def test_statements_built_per_call_share_one_compiled_form_with_their_own_values() -> None:
     statements = Statements(asyncpg_dialect(), per_call_limit=5)
     first, extracted_first = statements.prepare(select(T.c.id).where(T.c.n == 1))
