@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import IO, Any
 
 import orjson
@@ -42,6 +43,15 @@ _AUTH_HEADER = re.compile(
 _SECRET_FIELD = re.compile(
     r"(?i)(password|passwd|secret|credential|token|authorization|cookie|api_?key)"
 )
+# Every character IGNORECASE takes for an ASCII letter, as that letter (ASCII capitals, and
+# U+0130/U+0131 for "i", U+017F for "s", U+212A for "k"; tests check the list is whole).
+_FOLD = {
+    **{code: code + 32 for code in range(ord("A"), ord("Z") + 1)},
+    0x130: ord("i"),
+    0x131: ord("i"),
+    0x17F: ord("s"),
+    0x212A: ord("k"),
+}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _MAX_SECRETS = 4096
 _MIN_SECRET_LENGTH = 8
@@ -93,12 +103,24 @@ def scrub(text: str) -> str:
             text = text.replace(secret, REDACTED)
     if "mercato_" in text:
         text = _TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-    return _AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(3), text)
+    # The patterns below match only where one of their keywords does, case-insensitively:
+    # most lines have none, and a folded copy tells that at a fraction of a regex's cost.
+    folded = text.translate(_FOLD)
+    if "bearer" in folded or "basic" in folded:
+        text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    if "authorization" in folded or "cookie" in folded or "x-api-key" in folded:
+        text = _AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(3), text)
+    return text
+
+
+@lru_cache(maxsize=1024)
+def _secret_field(name: str) -> bool:
+    """Whether a field called `name` holds a secret by its name (field names are few)."""
+    return _SECRET_FIELD.search(name) is not None
 
 
 def _scrub_value(name: str, value: Any) -> Any:
-    if _SECRET_FIELD.search(name) and value is not None:
+    if value is not None and _secret_field(name):
         return REDACTED
     if isinstance(value, str):
         return scrub(value)

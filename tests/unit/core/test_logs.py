@@ -5,12 +5,17 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mercato.core.logs import (
+    _FOLD,
     REDACTED,
     about_invocation,
     json_handler,
@@ -148,3 +153,48 @@ def test_short_values_are_not_registered_as_secrets() -> None:
 )
 def test_only_sane_incoming_request_ids_are_kept(incoming: str | None, kept: bool) -> None:
     assert sane_request_id(incoming) == (incoming if kept else None)
+
+
+def _scrub_every_pattern(text: str) -> str:
+    """`scrub` as it was before its keyword pre-check: every pattern applied to every line."""
+    from mercato.core import logs
+
+    if "mercato_" in text:
+        text = logs._TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
+    text = logs._BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return logs._AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(3), text)
+
+
+_KEYWORDS = ["bearer ", "Basic ", "authorization: ", "Cookie=", "x-api-key:", "\u0131", "\u212a"]
+
+
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_KEYWORDS), st.text(max_size=12)),
+        max_size=8,
+    ).map("".join)
+)
+def test_the_keyword_pre_check_skips_only_lines_no_pattern_matches(text: str) -> None:
+    assert scrub(text) == _scrub_every_pattern(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AUTHOR\u0130ZATION: x",
+        "author\u0131zation: secret",
+        "\u212aey bearer tok",
+        "BA\u017fIC abc",
+    ],
+)
+def test_the_pre_check_folds_what_ignorecase_matches(text: str) -> None:
+    assert scrub(text) == _scrub_every_pattern(text)
+
+
+def test_the_fold_covers_every_character_ignorecase_takes_for_a_letter() -> None:
+    everything = "".join(
+        chr(code) for code in range(sys.maxunicode + 1) if code < 0xD800 or code > 0xDFFF
+    )
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        for found in set(re.findall(f"(?i){letter}", everything)):
+            assert found.translate(_FOLD) == letter, (letter, hex(ord(found)))
