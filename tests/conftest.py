@@ -135,6 +135,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     items.sort(key=_dealing_order)
+    # xdist's `worksteal` scheduler (scripts/test) hands each of N workers one contiguous
+    # slice of the collection, then lets idle workers steal from busy ones: deal the
+    # longest-first order out round-robin, so that every slice starts with its share of the
+    # long tests instead of one worker holding them all.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and getattr(config.option, "dist", None) == "worksteal":
+        items[:] = [items[i] for k in range(workers) for i in range(k, len(items), workers)]
 
 
 # Modules whose tests take from half a minute to a few minutes each (measured, docs/testing.md).
