@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from builders.servers import serve_in_thread, stop_server
+from builders.servers import QuietThreadingHTTPServer, serve_in_thread, stop_server
 
 CREDENTIAL = "scripted-credential-0123456789abcdef"
 
@@ -98,7 +98,7 @@ class ScriptedProvider:
         self.lock = threading.Lock()
         self.seen_headers: list[dict[str, str]] = []
         self.events: list[tuple[str, str, Act]] = []  # (key, "exec" | "recon", answer)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = QuietThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -21,7 +21,9 @@ from mercato.catalog import service as catalog
 from mercato.catalog.contracts import build_contract
 from mercato.db.runtime import Runtime
 
-pytestmark = pytest.mark.functional
+# The CLI's wiring (arguments, output, exit codes) is under test here; the catalog's rules run
+# on both stores in tests/integration/catalog (decision 0390).
+pytestmark = [pytest.mark.functional, pytest.mark.sqlite_only]
 
 
 @pytest.fixture

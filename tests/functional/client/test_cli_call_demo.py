@@ -16,7 +16,9 @@ import pytest
 from builders.demo import UpProcess, free_port
 from mercato.client import MercatoClient
 
-pytestmark = pytest.mark.functional
+# The caller's CLI is under test here, not the store: the charge it causes runs on both stores
+# in tests/integration/invocations (decision 0390).
+pytestmark = [pytest.mark.functional, pytest.mark.sqlite_only]
 
 SERVICE = "pixiv.daily-ranking"
 

@@ -25,7 +25,8 @@ from builders.ops import (
 from builders.platform_process import Serve, free_port, platform_env, wait_for
 from mercato.settings import Settings
 
-pytestmark = pytest.mark.functional
+# Log lines and metrics across processes do not depend on the store (decision 0390).
+pytestmark = [pytest.mark.functional, pytest.mark.sqlite_only]
 
 SECRET_KEY = "ops-test-secret-key-0123456789abcdefghijkl"
 REQUEST_ID = "ops-test-request-0001"
