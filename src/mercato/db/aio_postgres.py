@@ -27,9 +27,9 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
@@ -44,6 +44,7 @@ from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.uow import Database
 
 _INVALID_TEXT = "22P02"
+T = TypeVar("T")
 PING_TIMEOUT = 5.0
 """Seconds an idle connection has to answer its ping before it is replaced."""
 
@@ -109,6 +110,21 @@ class _Pool:
             conn.terminate()
             raise
         return conn
+
+    async def alone(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """`work` on a connection of its own, in autocommit; the connection goes back fit for
+        reuse unless `work` ended in a way that leaves it in an unknown state."""
+        conn = await self.acquire()
+        healthy = False
+        try:
+            result = await work(conn)
+            healthy = True
+            return result
+        except BaseException as error:
+            healthy = _fit_after(error)
+            raise
+        finally:
+            self.release(conn, healthy)
 
     def release(self, conn: Any, healthy: bool) -> None:
         try:
@@ -322,18 +338,8 @@ class _Group:
 
     async def _once(self, bound: _Bound) -> dict[str, Any] | None:
         """One program alone, in autocommit."""
-        pool = self._pool
-        conn = await pool.acquire()
-        healthy = False
-        try:
-            result = await _fetch_program(conn, self._db, bound)
-            healthy = True
-            return result
-        except BaseException as error:
-            healthy = _fit_after(error)
-            raise
-        finally:
-            pool.release(conn, healthy)
+        db = self._db
+        return await self._pool.alone(lambda conn: _fetch_program(conn, db, bound))
 
     async def _alone(self, item: _Item) -> None:
         try:
@@ -440,17 +446,8 @@ class _Grouped:
             except guarded.Refused:
                 self._unit.refused = True
                 raise
-        conn = await pool.acquire()
-        healthy = False
-        try:
-            result = await _Connection(self._db, conn, Unit.TRANSACTION).execute(op)
-            healthy = True
-            return result
-        except BaseException as error:
-            healthy = _fit_after(error)
-            raise
-        finally:
-            pool.release(conn, healthy)
+        db = self._db
+        return await pool.alone(lambda conn: _Connection(db, conn, Unit.TRANSACTION).execute(op))
 
 
 def _fit_after(error: BaseException) -> bool:
