@@ -63,7 +63,7 @@ class Options:
     """Called as each measurement starts, with what it measures (a progress bar's hook)."""
 
 
-MEASUREMENTS_PER_RUN = 11
+MEASUREMENTS_PER_RUN = 14
 """How many times `run_scenarios(..., full=True)` calls `step`."""
 
 
@@ -320,6 +320,8 @@ class Target:
     sdk_provider_pid: int = 0
     floor: str = ""  # bench/floor.py: the product's engine on a bare route (the measured floor)
     floor_pid: int = 0
+    leanest: str = ""  # bench/leanest.py: the invoke written by hand, no layers (0363)
+    leanest_pid: int = 0
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     invoke_answers: Counter[int] = field(default_factory=Counter)
 
@@ -358,6 +360,7 @@ def invoke_factory(target: Target, tag: str, path: str = INVOKE_PATH) -> Request
 
 
 def replay_factory(target: Target, key: str) -> RequestFactory:
+    """The same invoke again and again, with one Idempotency-Key (answered from the store)."""
     headers = _json_headers(target.seeded.api_key, key)
 
     def make(_client: int, _n: int) -> tuple[str, str, dict[str, str], bytes]:
@@ -491,6 +494,18 @@ def run_scenarios(
         out["engine_floor_ratio"] = (
             round(floor["_rate"] / base["_rate"], 4) if base["_rate"] else None
         )
+    if target.leanest:
+        # The leanest-path floor: the same durable work written by hand (bench/leanest.py).
+        step(f"{tag}: the leanest path (by hand), {concurrency} client(s)")
+        leanest = measured(
+            target.leanest_pid,
+            lambda: invoke_load(
+                target, tag + "l", concurrency=concurrency, duration=duration, url=target.leanest
+            ),
+        )
+        out["leanest"] = leanest
+        out["leanest_ratio"] = round(leanest["_rate"] / base["_rate"], 4) if base["_rate"] else None
+        out["leanest_cpu_ms"] = leanest["cpu_ms_per_request"]
     if target.sdk_provider:
         sdk_base = direct(concurrency, duration, "s", sdk=True)
         sdk_invoke = invokes(concurrency, duration, "s", sdk=True)
@@ -513,6 +528,16 @@ def run_scenarios(
             "invoke": one_platform,
             "added_p50_ms": round(one_platform["_p50"] - one_direct["_p50"], 3),
         }
+        if target.leanest:
+            step(f"{tag}: the leanest path (by hand), 1 client(s)")
+            one_leanest = measured(
+                target.leanest_pid,
+                lambda: invoke_load(
+                    target, tag + "l1", concurrency=1, duration=short, url=target.leanest
+                ),
+            )
+            out["one_client"]["leanest"] = one_leanest
+            out["leanest_added_p50_ms"] = round(one_leanest["_p50"] - one_direct["_p50"], 3)
         replay_key = f"replay-{target.run_id}-{tag}"
         first = httpx.post(
             target.platform + INVOKE_PATH,
@@ -525,6 +550,21 @@ def run_scenarios(
         out["replay_ratio"] = (
             round(out["replay"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
         )
+        if target.leanest:
+            # the same replay key: its stored answer, read from the same store
+            step(f"{tag}: leanest-path replays, {concurrency} client(s)")
+            out["leanest_replay"] = measured(
+                target.leanest_pid,
+                lambda: run_load(
+                    target.leanest,
+                    replay_factory(target, replay_key),
+                    concurrency=concurrency,
+                    duration=duration,
+                ),
+            )
+            out["leanest_replay_ratio"] = (
+                round(out["leanest_replay"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
+            )
         out["catalog"] = reads(get_factory("/v1/catalog/listings?limit=20"), concurrency, short)
     receipts = get_factory("/v1/invocations?limit=20", target.seeded.api_key)
     out["receipts"] = reads(receipts, min(concurrency, 16), short)
@@ -756,6 +796,9 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
         floor_port = free_port()
         floor_args = [sys.executable, "-m", "bench.floor", "--port", str(floor_port)]
         floor_args += ["--workers", str(options.workers)]
+        leanest_port = free_port()
+        leanest_args = [sys.executable, "-m", "bench.leanest", "--port", str(leanest_port)]
+        leanest_args += ["--workers", str(options.workers)]
         runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
         try:
             with (
@@ -777,6 +820,7 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                 with (
                     process(serve_args, env, workdir / "serve.log", serve_port) as serve,
                     process(floor_args, env, workdir / "floor.log", floor_port) as floor,
+                    process(leanest_args, env, workdir / "leanest.log", leanest_port) as leanest,
                 ):
                     target = Target(
                         platform=serve[0],
@@ -788,6 +832,8 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
                         sdk_provider_pid=sdk_pid,
                         floor=floor[0],
                         floor_pid=floor[1],
+                        leanest=leanest[0],
+                        leanest_pid=leanest[1],
                     )
                     say(f"[{store}] load: {options.concurrency} clients, {options.duration}s each")
                     result["configurations"][store] = run_scenarios(

@@ -1,0 +1,808 @@
+"""The leanest-path floor (issue 20, decision 0363): the invoke, written by hand with no layers.
+
+A benchmark tool, never a product entry point. It serves the product's invoke URL with the
+product's replay semantics and does the product's durable work per call, in the product's own
+schema and rows, with nothing between the socket and the driver:
+
+- a raw ASGI app (no Starlette, no FastAPI, no middleware) on uvicorn with httptools, the same
+  worker count as `mercato serve`;
+- the API key checked against a map built at start from `api_keys` (SHA-256 digests, as the
+  product stores them; revoked keys left out), the version facts, dispatch target, attempt
+  address and quota policy of every published version kept in memory from start;
+- transaction 1 = the product's own accept program (`money.ACCEPT`: intent, first attempt,
+  reservation, quota slot) and transaction 2 = its settle program (`money.SETTLE`: terminal
+  update, charge, receipt), each compiled once at start to SQL text (`mercato.db.guarded`,
+  the SQL the product sends) and then executed bare: PostgreSQL one data-modifying CTE per
+  transaction, one round trip, as a statement prepared once per connection on asyncpg, from a
+  pool of its own that never sends a reset query; SQLite the same steps one after another in one
+  BEGIN IMMEDIATE transaction on the stdlib sqlite3 connection of the process (one writer per
+  process, no thread hop);
+- the provider called with one long-lived aiohttp session, with exactly the headers and body
+  the product sends;
+- the product's success body; a refusal (insufficient points 402, rate limit 429, a key
+  reused with another body 422) as a bare problem+json, nothing written.
+
+A fresh call runs no read at all: the accept program's unique (account, key) refuses a second
+call with the same Idempotency-Key (nothing written), which is then answered from one read,
+as a replay. An answer that is neither a success nor a defined failure leaves the call
+DISPATCHING under its lease for the product's worker to reconcile, answered 202.
+
+What it leaves out of the product's path: the JSON-schema checks beyond `is_valid`, request ids,
+metrics, logs, edge checks, the RateLimit headers, the key's last-use write (one per key per
+hour) and retries of a deadlocked statement. So it is a floor: no product path on this machine
+does the same durable work for less.
+
+    python -m bench.leanest --port N [--workers W]   (the platform's MERCATO_* environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import hashlib
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+PREFIX = b"/v1/services/"
+SUFFIX = b":invoke"
+POOL_SIZE = 10
+"""asyncpg connections per worker process."""
+_UTC = dt.UTC
+_JSON = [(b"content-type", b"application/json")]
+_PROBLEM = [(b"content-type", b"application/problem+json")]
+_REFUSAL_STATUS = {"short": 402, "quota": 429}
+_SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+Row = tuple[str, str, str, Any]
+"""An invocation holding a key: id, fingerprint, state, result."""
+Refusal = Row | str | None
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """One published version as a call on it needs it, read once at start."""
+
+    service_code: str
+    version: str
+    fixed: dict[str, Any]  # the accept program's inputs that are the same for every call
+    request_max_bytes: int
+    response_max_bytes: int
+    request_valid: Callable[[Any], bool]
+    result_valid: Callable[[Any], bool]
+    url: str
+    headers: dict[str, str]  # what the product sends the provider, bar the Idempotency-Key
+    policy: Any  # the caller's quota policy (mercato.quotas.schemas.Policy)
+
+
+class Statement:
+    """One statement of a product program compiled once: its SQL, the names of its values in
+    placeholder order, the constants among them, and the driver-side conversions (SQLite)."""
+
+    __slots__ = ("consts", "names", "processors", "sql")
+
+    def __init__(self, compiled: Any, *, convert: bool) -> None:
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        # The program's literal thresholds (`param_1`, `accepted_1`, …) carry their own value.
+        self.consts = {
+            name: by_name[name].value for name in self.names if not name.startswith(("p_", "s_"))
+        }
+        processors = compiled._bind_processors if convert else {}
+        self.processors = tuple(
+            (index, processors[name]) for index, name in enumerate(self.names) if name in processors
+        )
+
+    def values(self, given: dict[str, Any]) -> list[Any]:
+        values = [given[name] for name in self.names]
+        for index, process in self.processors:
+            values[index] = process(values[index])
+        return values
+
+
+# --- the app --------------------------------------------------------------------------------
+
+
+class Leanest:
+    """The raw ASGI app; the store is set up on lifespan startup, in the worker's own loop."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}  # SHA-256 hex of the API key → account id
+        self.facts: dict[tuple[str, bytes], Facts] = {}  # (account, path) → facts
+        self.store: Store | None = None
+        self.http: Any = None
+        self.lease = dt.timedelta(seconds=60)
+        self.ids: Any = None
+        self.fingerprint_of: Any = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path: str = scope["path"]
+            if scope["method"] == "POST" and path.endswith(":invoke"):
+                await self.invoke(scope, receive, send)
+            elif path == "/health/live":
+                await _answer(send, 200, b'{"status":"ok"}')
+            else:
+                await _answer(send, 404, b"", _PROBLEM)
+        elif kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await self.start()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.stop()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    async def start(self) -> None:
+        import aiohttp
+
+        from mercato.core.ids import SYSTEM_IDS
+        from mercato.invocations.service import fingerprint_of
+        from mercato.settings import load_settings
+
+        settings = load_settings()
+        self.ids = SYSTEM_IDS
+        self.fingerprint_of = fingerprint_of
+        self.keys, self.facts, self.lease = load_facts(settings)
+        url = settings.database_url
+        if url.startswith("sqlite"):
+            self.store = SqliteStore(url.split("///", 1)[1])
+        else:
+            dsn = "postgresql://" + url.split("://", 1)[1]
+            self.store = await PostgresStore.open(dsn, POOL_SIZE)
+        # The product's connector settings (mercato.dispatch.async_client), bar its SSRF
+        # resolver: the bench provider is a loopback literal, which aiohttp dials directly.
+        connector = aiohttp.TCPConnector(
+            use_dns_cache=False, limit=100, limit_per_host=0, keepalive_timeout=5.0
+        )
+        self.http = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            trust_env=False,
+            raise_for_status=False,
+            timeout=aiohttp.ClientTimeout(total=float(settings.provider_timeout_seconds)),
+        )
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+        if self.store is not None:
+            await self.store.close()
+
+    async def invoke(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        authorization = key = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"idempotency-key":
+                key = value
+        account = None
+        if authorization is not None and authorization[:7].lower() == b"bearer ":
+            account = self.keys.get(hashlib.sha256(authorization[7:].strip()).hexdigest())
+        if account is None:
+            await _problem(send, 401, "UNAUTHENTICATED")
+            return
+        if key is None or not 1 <= len(key) <= 191:
+            await _problem(send, 400, "IDEMPOTENCY_KEY_MISSING")
+            return
+        facts = self.facts.get((account, scope["raw_path"]))
+        if facts is None:
+            await _problem(send, 404, "VERSION_NOT_FOUND")
+            return
+        body = await _body(receive)
+        idempotency_key = key.decode("latin-1")
+        fingerprint = self.fingerprint_of(
+            service_code=facts.service_code, version=facts.version, body=body
+        )
+        if len(body) > facts.request_max_bytes:
+            await _problem(send, 413, "REQUEST_TOO_LARGE")
+            return
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict) or not payload or not facts.request_valid(payload):
+            await _problem(send, 422, "REQUEST_SCHEMA_VIOLATION")
+            return
+        assert self.store is not None
+        new = self.ids.new
+        invocation_id = new("inv")
+        owner = new("lease")
+        now = dt.datetime.now(_UTC)
+        window = facts.policy.window_seconds
+        epoch = int(now.timestamp())
+        values = {
+            **facts.fixed,
+            "p_inv_id": invocation_id,
+            "p_inv_account_id": account,
+            "p_inv_idempotency_key": idempotency_key,
+            "p_inv_fingerprint": fingerprint,
+            "p_inv_payload": body,
+            "p_inv_provider_key": "mercato:" + invocation_id,
+            "p_inv_reservation_id": new("res"),
+            "p_inv_next_attempt_at": now,
+            "p_inv_lease_owner": owner,
+            "p_inv_lease_expires_at": now + self.lease,
+            "p_inv_created_at": now,
+            "p_inv_updated_at": now,
+            "p_now": now,
+            "p_quota_window_start": epoch - epoch % window,
+            "p_reserve_account1": new("lac"),
+            "p_reserve_transfer": new("trf"),
+            "p_reserve_entry0": new("ent"),
+            "p_reserve_entry1": new("ent"),
+        }
+        refusal = await self.store.accept(values)
+        if refusal is not None:
+            if isinstance(refusal, tuple):
+                await self.replayed(send, refusal, fingerprint)
+            elif refusal == "duplicate":
+                await self.replay(send, account, idempotency_key, fingerprint)
+            else:
+                await _problem(send, _REFUSAL_STATUS.get(refusal, 409), refusal)
+            return
+        # The provider call, as the product sends it.
+        headers = dict(facts.headers)
+        headers["Idempotency-Key"] = "mercato:" + invocation_id
+        try:
+            async with self.http.post(
+                facts.url,
+                data=b'{"payload":' + body + b"}",
+                headers=headers,
+                allow_redirects=False,
+            ) as response:
+                status = response.status
+                answer = await response.content.read(facts.response_max_bytes + 1)
+        except Exception:  # a transport failure: the outcome is unknown
+            status, answer = 0, b""
+        result = _succeeded(status, answer, facts)
+        now = dt.datetime.now(_UTC)
+        finish = {
+            "p_id": invocation_id,
+            "p_lease_owner": owner,
+            "p_set_settled_at": now,
+            "p_set_updated_at": now,
+            "p_now": now,
+        }
+        if result is not None:
+            finish.update(
+                p_set_state="SUCCEEDED",
+                p_set_settlement="SETTLED",
+                p_set_result=result,
+                p_set_artifacts=None,
+                p_settle_account1=new("lac"),
+                p_settle_account2=new("lac"),
+                p_settle_transfer=new("trf"),
+                p_settle_entry0=new("ent"),
+                p_settle_entry1=new("ent"),
+                p_settle_entry2=new("ent"),
+            )
+            await self.store.settle(finish)
+            await _answer(
+                send, 200, b'{"invocationId":"%s","result":%s}' % (invocation_id.encode(), result)
+            )
+            return
+        failure = _defined_failure(status, answer)
+        if failure is None:  # unknown outcome: the product's worker reconciles it
+            await _answer(
+                send, 202, orjson.dumps({"invocationId": invocation_id, "status": "PENDING"})
+            )
+            return
+        finish.update(
+            p_set_state="FAILED",
+            p_set_settlement="RELEASED",
+            p_set_error_code=failure[0],
+            p_set_provider_http_status=failure[1],
+            p_release_transfer=new("trf"),
+            p_release_entry0=new("ent"),
+            p_release_entry1=new("ent"),
+        )
+        await self.store.release(finish)
+        await _problem(send, 422, "PROVIDER_DEFINED_FAILURE")
+
+    async def replay(self, send: Send, account: str, key: str, fingerprint: str) -> None:
+        assert self.store is not None
+        row = await self.store.find(account, key)
+        if row is None:
+            await _problem(send, 409, "IDEMPOTENCY_KEY_IN_USE")
+            return
+        await self.replayed(send, row, fingerprint)
+
+    async def replayed(self, send: Send, row: Row, fingerprint: str) -> None:
+        invocation_id, found, state, result = row
+        if found != fingerprint:
+            await _problem(send, 422, "IDEMPOTENCY_KEY_REUSED")
+        elif state == "SUCCEEDED":
+            await _answer(
+                send,
+                200,
+                b'{"invocationId":"%s","result":%s}' % (invocation_id.encode(), bytes(result)),
+            )
+        elif state == "FAILED":
+            await _problem(send, 422, "PROVIDER_DEFINED_FAILURE")
+        else:
+            await _problem(send, 409, "IDEMPOTENCY_KEY_IN_USE")
+
+
+def _succeeded(status: int, answer: bytes, facts: Facts) -> bytes | None:
+    """The result's JSON of a SUCCEEDED envelope that keeps the result schema, else None."""
+    if status != 200 or len(answer) > facts.response_max_bytes:
+        return None
+    try:
+        envelope = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        return None
+    result = envelope.get("result") if isinstance(envelope, dict) else None
+    if envelope.get("outcome") != "SUCCEEDED" or not isinstance(result, dict):
+        return None
+    if not facts.result_valid(result):
+        return None
+    return orjson.dumps(result)
+
+
+def _defined_failure(status: int, answer: bytes) -> tuple[str, int] | None:
+    try:
+        envelope = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envelope, dict) or envelope.get("outcome") != "DEFINED_FAILURE":
+        return None
+    code, http_status = envelope.get("errorCode"), envelope.get("httpStatus")
+    if not isinstance(code, str) or http_status != status or not 400 <= status < 600:
+        return None
+    return code, status
+
+
+async def _body(receive: Any) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body"):
+        return body
+    chunks = [body]
+    while message.get("more_body"):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+async def _answer(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = _JSON
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _problem(send: Send, status: int, code: str) -> None:
+    body = orjson.dumps({"type": "about:blank", "status": status, "code": code})
+    await _answer(send, status, body, _PROBLEM)
+
+
+# --- what is read once, at start -----------------------------------------------------------
+
+
+def load_facts(settings: Any) -> tuple[dict[str, str], dict[tuple[str, bytes], Facts], Any]:
+    """The API keys (digest → account) and, per (account, invoke path), the facts of every
+    published version, read with the product's own reads (`flows.facts`), once."""
+    from jsonschema import validators
+    from sqlalchemy import text
+
+    from mercato.core.errors import MercatoError
+    from mercato.db.runtime import Runtime
+    from mercato.dispatch.async_client import _HEADERS
+    from mercato.invocations import flows, service
+    from mercato.protocol import AUTHORIZATION_HEADER, EXECUTIONS_PATH
+
+    runtime = Runtime.from_settings(settings)
+    try:
+        with runtime.db.read() as session:
+            keys = {
+                digest: account
+                for digest, account in session.execute(
+                    text("SELECT digest, account_id FROM api_keys WHERE revoked_at IS NULL")
+                )
+            }
+            versions = list(
+                session.execute(
+                    text(
+                        "SELECT l.service_code, v.label FROM versions v "
+                        "JOIN listings l ON l.id = v.listing_id WHERE v.state = 'PUBLISHED'"
+                    )
+                )
+            )
+            facts: dict[tuple[str, bytes], Facts] = {}
+            for account in set(keys.values()):
+                for service_code, label in versions:
+                    request = flows.InvokeRequest(
+                        account_id=account,
+                        channel="API_KEY",
+                        service_code=service_code,
+                        version=label,
+                        idempotency_key="-",
+                        body=b"",
+                    )
+                    try:
+                        version, target, policy = flows.facts(
+                            session, request=request, settings=settings
+                        )
+                    except MercatoError:  # held, unavailable: not invocable, so not served
+                        continue
+                    if not target.approved:
+                        continue
+                    facts[(account, _path(service_code, label))] = _facts(
+                        version,
+                        target,
+                        policy,
+                        runtime,
+                        service,
+                        flows,
+                        validators,
+                        {
+                            **_HEADERS,
+                            AUTHORIZATION_HEADER: f"Bearer {target.credential}",
+                            "Content-Type": "application/json",
+                        },
+                        target.base_url.rstrip("/") + EXECUTIONS_PATH,
+                    )
+        lease = dt.timedelta(seconds=flows.lease_seconds(runtime))
+    finally:
+        runtime.db.dispose()
+    return keys, facts, lease
+
+
+def _path(service_code: str, version: str) -> bytes:
+    return b"%s%s/versions/%s%s" % (PREFIX, service_code.encode(), version.encode(), SUFFIX)
+
+
+def _facts(
+    version: Any,
+    target: Any,
+    policy: Any,
+    runtime: Any,
+    service: Any,
+    flows: Any,
+    validators: Any,
+    headers: dict[str, str],
+    url: str,
+) -> Facts:
+    address = service.address_of(target, runtime.settings)
+
+    def validator(schema: dict[str, Any]) -> Callable[[Any], bool]:
+        return validators.validator_for(schema)(schema).is_valid  # type: ignore[no-any-return]
+
+    result_schema = version.contract.get("resultSchema", {})
+    fixed = {
+        "p_inv_channel": "API_KEY",
+        "p_inv_request_id": None,
+        "p_inv_service_code": version.service_code,
+        "p_inv_version": version.version,
+        "p_inv_version_id": version.version_id,
+        "p_inv_contract_digest": version.contract_digest,
+        "p_inv_connection_id": version.connection_id,
+        "p_inv_provider_account_id": version.provider_account_id,
+        "p_inv_provider_share_bps": version.provider_share_bps,
+        "p_inv_price": version.price,
+        "p_inv_has_artifact_contract": version.has_artifact_contract,
+        "p_inv_response_max_bytes": version.response_max_bytes,
+        "p_inv_result_schema": orjson.dumps(result_schema).decode(),
+        "p_inv_state": "DISPATCHING",
+        "p_inv_settlement": "PENDING",
+        "p_inv_sends": 1,
+        "p_inv_reconciliations": 0,
+        "p_connection_revision": address.connection_revision,
+        "p_base_url": address.base_url,
+        "p_credential_digest": address.credential_digest,
+        "p_reserve_amount": version.price,
+        "p_quota_policy": policy.name,
+        "p_quota_limit": policy.limit,
+    }
+    return Facts(
+        service_code=version.service_code,
+        version=version.version,
+        fixed=fixed,
+        request_max_bytes=version.request_max_bytes,
+        response_max_bytes=version.response_max_bytes,
+        request_valid=validator(version.contract.get("requestSchema", {})),
+        result_valid=validator(result_schema),
+        url=url,
+        headers=headers,
+        policy=policy,
+    )
+
+
+def programs() -> tuple[Any, Any, Any]:
+    """The product's accept, settle and release programs (`mercato.invocations.money`)."""
+    from mercato.db.models import load_all
+    from mercato.invocations import money
+
+    load_all()
+    return money.ACCEPT, money.SETTLE, money.RELEASE
+
+
+# --- the stores -----------------------------------------------------------------------------
+
+
+class Store:
+    async def accept(self, values: dict[str, Any]) -> Refusal:
+        """Transaction 1; None when accepted, else why not: the row holding the key (a
+        replay), 'duplicate' (the key is taken, its row not read yet) or a refusal code."""
+        raise NotImplementedError
+
+    async def settle(self, values: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def release(self, values: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def find(self, account: str, key: str) -> Row | None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+_FIND = (
+    "SELECT id, fingerprint, state, result FROM invocations "
+    "WHERE account_id = {0} AND idempotency_key = {1}"
+)
+
+
+_INTENT_END = " RETURNING invocations.id), \nattempt AS"
+_INTENT_REFUSED = re.compile(
+    r"WHEN \(NOT \(EXISTS \(SELECT \* \nFROM intent\)\)\) THEN CAST\(concat\("
+    r"'mercato-refusal\|\|', CAST\(\(SELECT count\(\*\) AS count_\d+ \nFROM intent\) AS TEXT\)\)"
+    r" AS INTEGER\)"
+)
+_SELECT = "SELECT mercato.mercato_ok, quota.accepted AS quota__accepted \nFROM ("
+_JOINED = "AS mercato LEFT OUTER JOIN quota ON true"
+
+
+def replaying(sql: str) -> str:
+    """The product's accept statement, made to answer a replay in the same round trip: the
+    intent skips a taken key (`ON CONFLICT DO NOTHING`, so every later step, gated on it,
+    writes nothing either), the verdict is then 2 instead of an error, and the row that holds
+    the key comes back with it (NULL when its writer committed after this statement's
+    snapshot: then one read finds it). Nothing else of the statement changes."""
+    for anchor in (_INTENT_END, _SELECT, _JOINED):
+        if sql.count(anchor) != 1:
+            raise RuntimeError(f"the accept statement changed shape: {anchor!r}")
+    sql = sql.replace(
+        _INTENT_END,
+        " ON CONFLICT (account_id, idempotency_key) DO NOTHING" + _INTENT_END,
+    )
+    sql, found = _INTENT_REFUSED.subn("WHEN (NOT (EXISTS (SELECT * FROM intent))) THEN 2", sql)
+    if found != 1:
+        raise RuntimeError("the accept statement changed shape: its intent refusal")
+    sql = sql.replace(
+        _SELECT,
+        "SELECT mercato.mercato_ok, quota.accepted AS quota__accepted, prior.id, "
+        "prior.fingerprint, prior.state, prior.result \nFROM (",
+    )
+    return sql.replace(
+        _JOINED,
+        _JOINED + " LEFT OUTER JOIN invocations AS prior ON mercato.mercato_ok = 2 "
+        "AND prior.account_id = $2::VARCHAR AND prior.idempotency_key = $3::VARCHAR",
+    )
+
+
+class PostgresStore(Store):
+    """asyncpg; each transaction one statement (autocommit), prepared once per connection."""
+
+    def __init__(self, statements: dict[str, Statement]) -> None:
+        self.statements = statements
+        self.idle: asyncio.Queue[tuple[Any, dict[str, Any]]] = asyncio.Queue()
+        self.all: list[Any] = []
+
+    @classmethod
+    async def open(cls, dsn: str, size: int) -> PostgresStore:
+        import asyncpg
+        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+
+        from mercato.db import guarded
+
+        dialect = PGDialect_asyncpg(dbapi=PGDialect_asyncpg.import_dbapi())  # type: ignore[no-untyped-call]
+        accept, settle, release = programs()
+        statements = {
+            name: Statement(guarded.compiled(program, "postgresql").sql(dialect)[0], convert=False)
+            for name, program in (("accept", accept), ("settle", settle), ("release", release))
+        }
+        statements["accept"].sql = replaying(statements["accept"].sql)
+        store = cls(statements)
+        for _ in range(size):
+            conn = await asyncpg.connect(dsn, statement_cache_size=0)
+            prepared = {
+                name: await conn.prepare(statement.sql) for name, statement in statements.items()
+            }
+            prepared["find"] = await conn.prepare(_FIND.format("$1", "$2"))
+            store.all.append(conn)
+            store.idle.put_nowait((conn, prepared))
+        return store
+
+    async def _run(self, name: str, values: dict[str, Any]) -> Any:
+        statement = self.statements[name]
+        item = await self.idle.get()
+        try:
+            return await item[1][name].fetchrow(*statement.values({**statement.consts, **values}))
+        finally:
+            self.idle.put_nowait(item)
+
+    async def accept(self, values: dict[str, Any]) -> Refusal:
+        import asyncpg
+
+        from mercato.db.guarded import parse_refusal
+
+        try:
+            row = await self._run("accept", values)
+        except asyncpg.UniqueViolationError:  # a same-key twin raced past ON CONFLICT's check
+            return "duplicate"
+        except asyncpg.InvalidTextRepresentationError as error:
+            refused = parse_refusal(str(error))
+            if refused is None:
+                raise
+            return refused.code or "refused"
+        if row[0] == 2:
+            return "duplicate" if row[2] is None else (row[2], row[3], row[4], row[5])
+        return None
+
+    async def settle(self, values: dict[str, Any]) -> None:
+        await self._run("settle", values)
+
+    async def release(self, values: dict[str, Any]) -> None:
+        await self._run("release", values)
+
+    async def find(self, account: str, key: str) -> Row | None:
+        item = await self.idle.get()
+        try:
+            row = await item[1]["find"].fetchrow(account, key)
+        finally:
+            self.idle.put_nowait(item)
+        return None if row is None else tuple(row)
+
+    async def close(self) -> None:
+        for conn in self.all:
+            await conn.close()
+
+
+class SqliteStore(Store):
+    """The stdlib sqlite3 on the event loop (a statement takes microseconds); each transaction
+    BEGIN IMMEDIATE … COMMIT with no await inside, so the process is one writer; a write lock
+    held by another process is waited for with an await, never on the loop."""
+
+    def __init__(self, path: str) -> None:
+        from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+
+        from mercato.db import guarded
+
+        dialect = SQLiteDialect_pysqlite()
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in (
+            "journal_mode=WAL",
+            "foreign_keys=ON",
+            "synchronous=NORMAL",
+            "busy_timeout=0",
+        ):
+            self.conn.execute(f"PRAGMA {pragma}")
+        accept, settle, release = programs()
+        self.programs: dict[
+            str, list[tuple[Any, Statement, Statement | None, tuple[str, ...]]]
+        ] = {}
+        for name, program in (("accept", accept), ("settle", settle), ("release", release)):
+            built = guarded.compiled(program, "sqlite")
+            steps = []
+            for item, (statement, required_if, _detail) in zip(
+                built.steps, built.sql(dialect), strict=True
+            ):
+                columns = tuple(f"s_{item.step.name}_{c}" for c in item.columns)
+                steps.append(
+                    (
+                        item.step,
+                        Statement(statement, convert=True),
+                        None if required_if is None else Statement(required_if, convert=True),
+                        columns,
+                    )
+                )
+            self.programs[name] = steps
+
+    async def _begin(self) -> None:
+        delay = 0.0005
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+                if code not in _SQLITE_BUSY:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def _run(self, name: str, values: dict[str, Any]) -> str | None:
+        """The program's steps in one transaction; a refusal's code (rolled back) or None."""
+        from mercato.db.guarded import Empty
+
+        await self._begin()
+        conn = self.conn
+        try:
+            for step, statement, required_if, columns in self.programs[name]:
+                given = {**statement.consts, **values}
+                row = conn.execute(statement.sql, statement.values(given)).fetchone()
+                if row is not None:
+                    values.update(zip(columns, row, strict=True))
+                    continue
+                if step.empty is Empty.STOP:
+                    break
+                if step.empty is Empty.REFUSE:
+                    needed = (
+                        required_if is None
+                        or conn.execute(
+                            required_if.sql, required_if.values({**required_if.consts, **values})
+                        ).fetchone()[0]
+                    )
+                    if needed:
+                        conn.execute("ROLLBACK")
+                        return step.code or "refused"
+                values.update(dict.fromkeys(columns))
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK")
+            return "duplicate"
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return None
+
+    async def accept(self, values: dict[str, Any]) -> Refusal:
+        return await self._run("accept", values)
+
+    async def settle(self, values: dict[str, Any]) -> None:
+        await self._run("settle", values)
+
+    async def release(self, values: dict[str, Any]) -> None:
+        await self._run("release", values)
+
+    async def find(self, account: str, key: str) -> Row | None:
+        row = self.conn.execute(_FIND.format("?", "?"), (account, key)).fetchone()
+        return None if row is None else tuple(row)
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+def create_app() -> Leanest:
+    return Leanest()
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m bench.leanest")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    uvicorn.run(
+        "bench.leanest:create_app",
+        factory=True,
+        host="127.0.0.1",
+        port=args.port,
+        workers=args.workers,
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
