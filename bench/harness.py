@@ -1001,6 +1001,30 @@ def table(result: dict[str, Any]) -> str:
                         "-",
                     )
                 )
+            lean = c.get("leanest")
+            if lean:
+                lean_replay = c.get("leanest_replay")
+                rows.append(
+                    (
+                        f"{name} (leanest path, by hand)",
+                        f"{lean['rate']:.0f}",
+                        f"{lean['p50_ms']:.2f}",
+                        f"{lean['p95_ms']:.2f}",
+                        f"{lean['p99_ms']:.2f}",
+                        f"{c['provider_direct']['rate']:.0f}",
+                        "-",
+                        "-",
+                        f"{c['leanest_ratio']:.3f}" if c.get("leanest_ratio") is not None else "-",
+                        f"{c['leanest_added_p50_ms']:.2f}" if "leanest_added_p50_ms" in c else "-",
+                        f"{lean_replay['rate']:.0f}" if lean_replay else "-",
+                        f"{c['leanest_replay_ratio']:.2f}"
+                        if c.get("leanest_replay_ratio") is not None
+                        else "-",
+                        *("-", "-"),
+                        _cpu(lean),
+                        "-",
+                    )
+                )
             sdk = c.get("sdk_provider")
             if sdk:
                 rows.append(
@@ -1027,7 +1051,8 @@ def table(result: dict[str, Any]) -> str:
         "provider: the lean FastAPI provider with in-memory idempotency records (the headline "
         "reference); '(SDK provider)' rows: the SDK provider with its durable store; "
         "'(engine on a bare route)' rows: bench/floor.py, the same engine without FastAPI or "
-        "middleware (the measured floor)"
+        "middleware; '(leanest path, by hand)' rows: bench/leanest.py, the same durable work "
+        "written by hand on a raw ASGI app, the leanest invoke this machine serves (0363)"
     )
     lines.append(
         "ratio: invokes/s over the same provider alone, same run; floor ms: the lowest mean "

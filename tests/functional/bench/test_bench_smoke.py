@@ -58,6 +58,19 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     assert config["engine_floor_ratio"] == pytest.approx(
         config["engine_floor"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )
+    # the leanest-path floor (bench/leanest.py): real calls in the product's ledger, replays
+    # answered from the same rows, measured at both concurrencies with its CPU
+    assert set(config["leanest"]["statuses"]) == {"200"}
+    assert set(config["leanest_replay"]["statuses"]) == {"200"}
+    assert config["leanest_ratio"] == pytest.approx(
+        config["leanest"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
+    )
+    assert config["leanest_cpu_ms"] == config["leanest"]["cpu_ms_per_request"] > 0
+    assert config["one_client"]["leanest"]["requests"] > 0
+    assert "leanest_added_p50_ms" in config
+    assert config["leanest_replay_ratio"] == pytest.approx(
+        config["leanest_replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
+    )
     assert config["replay_ratio"] == pytest.approx(
         config["replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )

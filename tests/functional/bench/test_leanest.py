@@ -1,6 +1,7 @@
 """The leanest-path floor (bench/leanest.py) does the product's work: on each store, a real
-invoke through it is answered with the product's success body, a replay with the same key gets
-the same body (nothing charged twice), a reused key with another body is refused, and the
+invoke through it is answered with the product's success body; a replay with the same key gets
+the same body from a process that saw the key, from one that did not, and from `mercato serve`
+itself (the rows are the product's); a key reused with another body is refused; and the
 product's own `verify-ledger` balances afterwards, every accepted call settled exactly once."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import secrets
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -42,57 +44,63 @@ def test_the_leanest_path_invokes_replays_and_leaves_a_balanced_ledger(
         assert migrated.returncode == 0, migrated.stderr[-2000:]
         credential = "bench-" + secrets.token_urlsafe(24)
         provider_env = {**os.environ, "BENCH_PROVIDER_CREDENTIAL": credential}
-        provider_port, leanest_port = harness.free_port(), harness.free_port()
-        provider_args = [sys.executable, "-m", "bench.lean_provider", "--port", str(provider_port)]
-        leanest_args = [sys.executable, "-m", "bench.leanest", "--port", str(leanest_port)]
+        provider_args = [sys.executable, "-m", "bench.lean_provider"]
         runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
+
+        def started(args: list[str], process_env: dict[str, str], name: str) -> Any:
+            port = harness.free_port()
+            log = tmp_path / f"{name}.log"
+            return harness.process([*args, "--port", str(port)], process_env, log, port)
+
+        leanest = [sys.executable, "-m", "bench.leanest"]
+        serve = [sys.executable, "-m", "mercato", "serve"]
         try:
-            with harness.process(
-                provider_args, provider_env, tmp_path / "provider.log", provider_port
-            ) as (provider_url, _):
+            with started(provider_args, provider_env, "provider") as (provider_url, _):
                 seeded = harness.seed(
                     runtime, providers={harness.SERVICE: provider_url}, credential=credential
                 )
-                with harness.process(leanest_args, env, tmp_path / "leanest.log", leanest_port) as (
-                    leanest_url,
-                    _,
+                with (
+                    started(leanest, env, "leanest-a") as (one, _),
+                    started(leanest, env, "leanest-b") as (other, _),
+                    started(serve, env, "serve") as (product, _),
+                    httpx.Client(timeout=30) as client,
                 ):
-                    target = harness.Target(
-                        platform=leanest_url, provider=provider_url, seeded=seeded
-                    )
                     headers = {
                         "Authorization": f"Bearer {seeded.api_key}",
                         "Content-Type": "application/json",
                         "Idempotency-Key": "leanest-1",
                     }
-                    url = leanest_url + harness.INVOKE_PATH
-                    with httpx.Client(timeout=30) as client:
-                        first = client.post(url, content=b'{"job":"x","n":7}', headers=headers)
-                        assert first.status_code == 200, first.text
-                        body = first.json()
-                        assert body.keys() == {"invocationId", "result"}
-                        assert body["result"] == {"echo": {"job": "x", "n": 7}}
 
-                        again = client.post(url, content=b'{"job":"x","n":7}', headers=headers)
-                        assert again.status_code == 200
-                        assert again.content == first.content
+                    def invoke(base: str, body: bytes, **changed: str) -> httpx.Response:
+                        sent = {**headers, **changed}
+                        return client.post(base + harness.INVOKE_PATH, content=body, headers=sent)
 
-                        other = client.post(url, content=b'{"job":"x","n":8}', headers=headers)
-                        assert other.status_code == 422
-                        assert other.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+                    first = invoke(one, b'{"job":"x","n":7}')
+                    assert first.status_code == 200, first.text
+                    body = first.json()
+                    assert body.keys() == {"invocationId", "result"}
+                    assert body["result"] == {"echo": {"job": "x", "n": 7}}
 
-                        bad_key = {**headers, "Authorization": "Bearer mercato_live_nope"}
-                        refused = client.post(url, content=b'{"job":"x"}', headers=bad_key)
-                        assert refused.status_code == 401
+                    # a replay where the key was seen (one read), where it was not (the accept
+                    # statement finds the key taken), and through the product itself
+                    for base in (one, other, product):
+                        again = invoke(base, b'{"job":"x","n":7}')
+                        assert again.status_code == 200, (base, again.text)
+                        assert again.json() == body
+                    for base in (one, other):
+                        reused = invoke(base, b'{"job":"x","n":8}')
+                        assert reused.status_code == 422
+                        assert reused.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
 
-                        second = client.post(
-                            url,
-                            content=b'{"job":"y"}',
-                            headers={**headers, "Idempotency-Key": "leanest-2"},
-                        )
-                        assert second.status_code == 200
-                        assert second.json()["invocationId"] != body["invocationId"]
-                    # the invoke the product's own API shows, settled (its receipt)
+                    refused = invoke(one, b'{"job":"x"}', Authorization="Bearer mercato_live_no")
+                    assert refused.status_code == 401
+                    invalid = invoke(one, b'{"n":1}', **{"Idempotency-Key": "leanest-3"})
+                    assert invalid.status_code == 422
+
+                    second = invoke(other, b'{"job":"y"}', **{"Idempotency-Key": "leanest-2"})
+                    assert second.status_code == 200
+                    assert second.json()["invocationId"] != body["invocationId"]
+                    target = harness.Target(platform=one, provider=provider_url, seeded=seeded)
                     target.invoke_answers = Counter({200: 2})
                     ledger = harness.ledger_check(runtime, env, target)
         finally:
