@@ -4,35 +4,46 @@ A benchmark tool, never a product entry point. It serves the product's invoke UR
 product's replay semantics and does the product's durable work per call, in the product's own
 schema and rows, with nothing between the socket and the driver:
 
-- a raw ASGI app (no Starlette, no FastAPI, no middleware) on uvicorn with httptools, the same
-  worker count as `mercato serve`;
+- the HTTP server: httptools on the event loop (uvloop), one process per worker forked on one
+  listening socket, the same worker count as `mercato serve` (`--server uvicorn`: the same
+  handler as a raw ASGI app on uvicorn with httptools, no Starlette or FastAPI; measured
+  0.1-0.2 ms of CPU per invoke dearer, so not the default);
 - the API key checked against a map built at start from `api_keys` (SHA-256 digests, as the
-  product stores them; revoked keys left out), the version facts, dispatch target, attempt
-  address and quota policy of every published version kept in memory from start;
+  product stores them; revoked keys left out); the version facts, dispatch target, attempt
+  address and quota policy of every published version read once at start with the product's
+  own read (`flows.facts`) and kept in memory;
 - transaction 1 = the product's own accept program (`money.ACCEPT`: intent, first attempt,
   reservation, quota slot) and transaction 2 = its settle program (`money.SETTLE`: terminal
-  update, charge, receipt), each compiled once at start to SQL text (`mercato.db.guarded`,
-  the SQL the product sends) and then executed bare: PostgreSQL one data-modifying CTE per
-  transaction, one round trip, as a statement prepared once per connection on asyncpg, from a
-  pool of its own that never sends a reset query; SQLite the same steps one after another in one
-  BEGIN IMMEDIATE transaction on the stdlib sqlite3 connection of the process (one writer per
-  process, no thread hop);
-- the provider called with one long-lived aiohttp session, with exactly the headers and body
-  the product sends;
+  update, charge, receipt), each compiled once at start to SQL text (`mercato.db.guarded`:
+  the SQL the product sends) and then executed bare. PostgreSQL: one data-modifying CTE per
+  transaction, prepared once per connection on asyncpg, from a pool of its own that sends no
+  reset query; statements that wait together commit together (one WAL flush), as the
+  product's group commit (decision 0370) does, since one statement per flush on the caller's
+  hot rows caps any path far below this one. SQLite: the same steps one after another in one
+  BEGIN IMMEDIATE transaction on the process's stdlib sqlite3 connection, on the loop with no
+  await inside (one writer per process, no thread hop);
+- the provider called with one long-lived aiohttp session (the product's client library and
+  connector settings), with exactly the headers and body the product sends;
 - the product's success body; a refusal (insufficient points 402, rate limit 429, a key
   reused with another body 422) as a bare problem+json, nothing written.
 
-A fresh call runs no read at all: the accept program's unique (account, key) refuses a second
-call with the same Idempotency-Key (nothing written), which is then answered from one read,
-as a replay. An answer that is neither a success nor a defined failure leaves the call
-DISPATCHING under its lease for the product's worker to reconcile, answered 202.
+Replays: a key this process has not seen goes straight to the accept statement, so a fresh
+call runs no read at all; on PostgreSQL that statement skips a taken key (`ON CONFLICT DO
+NOTHING`, everything after it gated on it, so nothing is written) and returns the row holding
+it, on SQLite the unique constraint refuses it and one read finds the row. A key the process
+has seen is read first, so a replay is one read. An answer that is neither a success nor a
+defined failure leaves the call DISPATCHING under its lease for the product's worker to
+reconcile, answered 202.
 
-What it leaves out of the product's path: the JSON-schema checks beyond `is_valid`, request ids,
-metrics, logs, edge checks, the RateLimit headers, the key's last-use write (one per key per
-hour) and retries of a deadlocked statement. So it is a floor: no product path on this machine
-does the same durable work for less.
+What it leaves out of the product's path: request ids, metrics, logs, edge checks (head and
+body limits beyond the version's, header validation), the RateLimit headers, the key's
+last-use write (one per key per hour), the SSRF-guarded resolver (the bench provider is a
+loopback literal) and retries of a deadlocked statement; the JSON-schema checks are
+`is_valid` only. So it is a floor: no product path on this machine does the same durable
+work for less.
 
-    python -m bench.leanest --port N [--workers W]   (the platform's MERCATO_* environment)
+    python -m bench.leanest --port N [--workers W] [--server raw|uvicorn]
+    (the platform's MERCATO_* environment, as `mercato serve`)
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -69,6 +81,8 @@ _SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 Row = tuple[str, str, str, Any]
 """An invocation holding a key: id, fingerprint, state, result."""
 Refusal = Row | str | None
+Headers = list[tuple[bytes, bytes]]
+Answer = tuple[int, Headers, bytes]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -135,13 +149,12 @@ class Leanest:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            path: str = scope["path"]
-            if scope["method"] == "POST" and path.endswith(":invoke"):
-                await self.invoke(scope, receive, send)
-            elif path == "/health/live":
-                await _answer(send, 200, b'{"status":"ok"}')
-            else:
-                await _answer(send, 404, b"", _PROBLEM)
+            body = await _body(receive) if scope["method"] == "POST" else b""
+            status, headers, content = await self.handle(
+                scope["method"] == "POST", scope["raw_path"], scope["headers"], body
+            )
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
         elif kind == "lifespan":
             while True:
                 message = await receive()
@@ -188,9 +201,18 @@ class Leanest:
         if self.store is not None:
             await self.store.close()
 
-    async def invoke(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+    async def handle(self, post: bool, path: bytes, headers: Headers, body: bytes) -> Answer:
+        """Any request: the invoke, the liveness probe, or 404."""
+        if post and path.endswith(SUFFIX):
+            return await self.invoke(path, headers, body)
+        if path == b"/health/live":
+            return 200, _JSON, b'{"status":"ok"}'
+        return _problem(404, "NOT_FOUND")
+
+    async def invoke(self, path: bytes, headers: Headers, body: bytes) -> Answer:
+        """One invoke: its answer's status, headers and body."""
         authorization = key = None
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"authorization":
                 authorization = value
             elif name == b"idempotency-key":
@@ -199,30 +221,24 @@ class Leanest:
         if authorization is not None and authorization[:7].lower() == b"bearer ":
             account = self.keys.get(hashlib.sha256(authorization[7:].strip()).hexdigest())
         if account is None:
-            await _problem(send, 401, "UNAUTHENTICATED")
-            return
+            return _problem(401, "UNAUTHENTICATED")
         if key is None or not 1 <= len(key) <= 191:
-            await _problem(send, 400, "IDEMPOTENCY_KEY_MISSING")
-            return
-        facts = self.facts.get((account, scope["raw_path"]))
+            return _problem(400, "IDEMPOTENCY_KEY_MISSING")
+        facts = self.facts.get((account, path))
         if facts is None:
-            await _problem(send, 404, "VERSION_NOT_FOUND")
-            return
-        body = await _body(receive)
+            return _problem(404, "VERSION_NOT_FOUND")
         idempotency_key = key.decode("latin-1")
         fingerprint = self.fingerprint_of(
             service_code=facts.service_code, version=facts.version, body=body
         )
         if len(body) > facts.request_max_bytes:
-            await _problem(send, 413, "REQUEST_TOO_LARGE")
-            return
+            return _problem(413, "REQUEST_TOO_LARGE")
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
             payload = None
         if not isinstance(payload, dict) or not payload or not facts.request_valid(payload):
-            await _problem(send, 422, "REQUEST_SCHEMA_VIOLATION")
-            return
+            return _problem(422, "REQUEST_SCHEMA_VIOLATION")
         assert self.store is not None
         seen = self.seen
         known = (account, idempotency_key)
@@ -230,8 +246,7 @@ class Leanest:
             # A key this process has seen: most likely a replay, answered from one read.
             row = await self.store.find(account, idempotency_key)
             if row is not None:
-                await self.replayed(send, row, fingerprint)
-                return
+                return self.replayed(row, fingerprint)
         elif len(seen) >= SEEN_MAX:
             seen.clear()
         seen[known] = None
@@ -267,20 +282,18 @@ class Leanest:
         refusal = await self.store.accept(values)
         if refusal is not None:
             if isinstance(refusal, tuple):
-                await self.replayed(send, refusal, fingerprint)
-            elif refusal == "duplicate":
-                await self.replay(send, account, idempotency_key, fingerprint)
-            else:
-                await _problem(send, _REFUSAL_STATUS.get(refusal, 409), refusal)
-            return
+                return self.replayed(refusal, fingerprint)
+            if refusal == "duplicate":
+                return await self.replay(account, idempotency_key, fingerprint)
+            return _problem(_REFUSAL_STATUS.get(refusal, 409), refusal)
         # The provider call, as the product sends it.
-        headers = dict(facts.headers)
-        headers["Idempotency-Key"] = "mercato:" + invocation_id
+        outbound = dict(facts.headers)
+        outbound["Idempotency-Key"] = "mercato:" + invocation_id
         try:
             async with self.http.post(
                 facts.url,
                 data=b'{"payload":' + body + b"}",
-                headers=headers,
+                headers=outbound,
                 allow_redirects=False,
             ) as response:
                 status = response.status
@@ -310,16 +323,14 @@ class Leanest:
                 p_settle_entry2="ent_" + tail + "s2",
             )
             await self.store.settle(finish)
-            await _answer(
-                send, 200, b'{"invocationId":"%s","result":%s}' % (invocation_id.encode(), result)
+            return (
+                200,
+                _JSON,
+                b'{"invocationId":"%s","result":%s}' % (invocation_id.encode(), result),
             )
-            return
         failure = _defined_failure(status, answer)
         if failure is None:  # unknown outcome: the product's worker reconciles it
-            await _answer(
-                send, 202, orjson.dumps({"invocationId": invocation_id, "status": "PENDING"})
-            )
-            return
+            return 202, _JSON, orjson.dumps({"invocationId": invocation_id, "status": "PENDING"})
         finish.update(
             p_set_state="FAILED",
             p_set_settlement="RELEASED",
@@ -330,30 +341,32 @@ class Leanest:
             p_release_entry1="ent_" + tail + "f1",
         )
         await self.store.release(finish)
-        await _problem(send, 422, "PROVIDER_DEFINED_FAILURE")
+        return _problem(422, "PROVIDER_DEFINED_FAILURE")
 
-    async def replay(self, send: Send, account: str, key: str, fingerprint: str) -> None:
+    async def replay(self, account: str, key: str, fingerprint: str) -> Answer:
         assert self.store is not None
         row = await self.store.find(account, key)
         if row is None:
-            await _problem(send, 409, "IDEMPOTENCY_KEY_IN_USE")
-            return
-        await self.replayed(send, row, fingerprint)
+            return _problem(409, "IDEMPOTENCY_KEY_IN_USE")
+        return self.replayed(row, fingerprint)
 
-    async def replayed(self, send: Send, row: Row, fingerprint: str) -> None:
+    def replayed(self, row: Row, fingerprint: str) -> Answer:
         invocation_id, found, state, result = row
         if found != fingerprint:
-            await _problem(send, 422, "IDEMPOTENCY_KEY_REUSED")
-        elif state == "SUCCEEDED":
-            await _answer(
-                send,
+            return _problem(422, "IDEMPOTENCY_KEY_REUSED")
+        if state == "SUCCEEDED":
+            return (
                 200,
-                b'{"invocationId":"%s","result":%s}' % (invocation_id.encode(), bytes(result)),
+                _JSON,
+                b'{"invocationId":"%s","result":%s}'
+                % (
+                    invocation_id.encode(),
+                    bytes(result),
+                ),
             )
-        elif state == "FAILED":
-            await _problem(send, 422, "PROVIDER_DEFINED_FAILURE")
-        else:
-            await _problem(send, 409, "IDEMPOTENCY_KEY_IN_USE")
+        if state == "FAILED":
+            return _problem(422, "PROVIDER_DEFINED_FAILURE")
+        return _problem(409, "IDEMPOTENCY_KEY_IN_USE")
 
 
 def _succeeded(status: int, answer: bytes, facts: Facts) -> bytes | None:
@@ -397,16 +410,8 @@ async def _body(receive: Any) -> bytes:
     return b"".join(chunks)
 
 
-async def _answer(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = _JSON
-) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _problem(send: Send, status: int, code: str) -> None:
-    body = orjson.dumps({"type": "about:blank", "status": status, "code": code})
-    await _answer(send, status, body, _PROBLEM)
+def _problem(status: int, code: str) -> Answer:
+    return status, _PROBLEM, orjson.dumps({"type": "about:blank", "status": status, "code": code})
 
 
 # --- what is read once, at start -----------------------------------------------------------
@@ -876,13 +881,158 @@ def create_app() -> Leanest:
     return Leanest()
 
 
+# --- or no ASGI server at all: httptools on the event loop -----------------------------------
+
+_REASONS = {200: b"OK", 202: b"Accepted", 404: b"Not Found", 500: b"Internal Server Error"}
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection parsed by httptools, its requests answered in order."""
+
+    def __init__(self, app: Leanest, loop: asyncio.AbstractEventLoop) -> None:
+        import httptools
+
+        self.app = app
+        self.loop = loop
+        self.parser = httptools.HttpRequestParser(self)
+        self.error = httptools.HttpParserError
+        self.transport: asyncio.Transport | None = None
+        self.url = b""
+        self.headers: Headers = []
+        self.body: list[bytes] = []
+        self.pending: collections.deque[tuple[bool, bytes, Headers, bytes, bool]] = (
+            collections.deque()
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except self.error:
+            if self.transport is not None:
+                self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        post = self.parser.get_method() == b"POST"
+        path = self.url.split(b"?", 1)[0]
+        keep = self.parser.should_keep_alive()
+        self.pending.append((post, path, self.headers, b"".join(self.body), keep))
+        if self.task is None:
+            self.task = self.loop.create_task(self.serve())
+
+    async def serve(self) -> None:
+        try:
+            while self.pending:
+                post, path, headers, body, keep = self.pending.popleft()
+                try:
+                    status, fields, content = await self.app.handle(post, path, headers, body)
+                except Exception:
+                    status, fields, content = 500, _PROBLEM, b""
+                if self.transport is None:
+                    return
+                head = b"HTTP/1.1 %d %s\r\ncontent-length: %d\r\n" % (
+                    status,
+                    _REASONS.get(status, b"-"),
+                    len(content),
+                )
+                head += b"".join(b"%s: %s\r\n" % field for field in fields)
+                if not keep:
+                    head += b"connection: close\r\n"
+                self.transport.write(head + b"\r\n" + content)
+                if not keep:
+                    self.transport.close()
+                    return
+        finally:
+            self.task = None
+
+
+async def _raw_worker(sock: Any) -> None:
+    import signal
+
+    app = Leanest()
+    await app.start()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Connection(app, loop), sock=sock)
+    stopped = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stopped.set)
+    loop.add_signal_handler(signal.SIGINT, stopped.set)
+    await stopped.wait()
+    server.close()
+    await app.stop()
+
+
+def serve_raw(port: int, workers: int) -> None:
+    """`workers` processes forked after binding one listening socket, each on uvloop."""
+    import signal
+    import socket
+
+    import uvloop
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    children = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                uvloop.run(_raw_worker(sock))
+            except BaseException:
+                code = 1
+            os._exit(code)
+        children.append(pid)
+
+    def stop(_signum: int, _frame: Any) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for pid in children:
+        os.waitpid(pid, 0)
+
+
 def main() -> None:
     import uvicorn
 
     parser = argparse.ArgumentParser(prog="python -m bench.leanest")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--server",
+        choices=("raw", "uvicorn"),
+        default="raw",
+        help="httptools on the event loop (default), or the raw ASGI app on uvicorn",
+    )
     args = parser.parse_args()
+    if args.server == "raw":
+        serve_raw(args.port, args.workers)
+        return
     uvicorn.run(
         "bench.leanest:create_app",
         factory=True,
