@@ -4,7 +4,10 @@ Per store, two providers run as their own processes: the headline reference, a l
 contract-correct FastAPI provider with its idempotency records in memory (`bench.lean_provider`,
 the kind of provider a user would compare against), and the SDK provider with its durable store
 (`bench.provider`, the second line). Each is measured alone and through `mercato serve` in the
-same run; the ratios compare those rates. After the run, `verify-ledger` must be balanced and
+same run; the ratios compare those rates. Beside `mercato serve` run two floors, loaded like
+its invoke: the product's engine on a bare route (`bench.floor`, decision 0362) and the leanest
+path written by hand (`bench.leanest`, decision 0363: the same durable work with no layers, its
+rate, CPU, one-client p50 and replays). After the run, `verify-ledger` must be balanced and
 every accepted call settled exactly once, or the run fails (`LedgerCheckFailed`).
 """
 

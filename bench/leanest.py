@@ -68,10 +68,11 @@ PREFIX = b"/v1/services/"
 SUFFIX = b":invoke"
 SEEN_MAX = 65_536
 """How many (account, Idempotency-Key) pairs a process remembers having seen."""
-POOL_SIZE = 10
+POOL_SIZE = 4
 GROUP_MAX = 32
 """At most this many money statements commit together (the product's `GROUP_MAX`)."""
-"""asyncpg connections per worker process."""
+"""asyncpg connections per worker process, at most (opened as needed; with group commit one
+runs the money statements, the others the replays' reads and the statements that run alone)."""
 _UTC = dt.UTC
 _JSON = [(b"content-type", b"application/json")]
 _PROBLEM = [(b"content-type", b"application/problem+json")]
@@ -520,7 +521,7 @@ def _facts(
         "p_inv_price": version.price,
         "p_inv_has_artifact_contract": version.has_artifact_contract,
         "p_inv_response_max_bytes": version.response_max_bytes,
-        "p_inv_result_schema": orjson.dumps(result_schema).decode(),
+        "p_inv_result_schema": result_schema,
         "p_inv_state": "DISPATCHING",
         "p_inv_settlement": "PENDING",
         "p_inv_sends": 1,
@@ -649,7 +650,7 @@ class PostgresStore(Store):
         dialect = PGDialect_asyncpg(dbapi=PGDialect_asyncpg.import_dbapi())  # type: ignore[no-untyped-call]
         accept, settle, release = programs()
         statements = {
-            name: Statement(guarded.compiled(program, "postgresql").sql(dialect)[0], convert=False)
+            name: Statement(guarded.compiled(program, "postgresql").sql(dialect)[0], convert=True)
             for name, program in (("accept", accept), ("settle", settle), ("release", release))
         }
         statements["accept"].sql = replaying(statements["accept"].sql)

@@ -100,6 +100,14 @@ def test_the_leanest_path_invokes_replays_and_leaves_a_balanced_ledger(
                     second = invoke(other, b'{"job":"y"}', **{"Idempotency-Key": "leanest-2"})
                     assert second.status_code == 200
                     assert second.json()["invocationId"] != body["invocationId"]
+                    # the receipts the product serves list both calls, as written here
+                    receipts = client.get(
+                        product + "/v1/invocations?limit=20",
+                        headers={"Authorization": headers["Authorization"]},
+                    )
+                    assert receipts.status_code == 200, receipts.text
+                    listed = {item["invocationId"] for item in receipts.json()["items"]}
+                    assert listed == {body["invocationId"], second.json()["invocationId"]}
                     target = harness.Target(platform=one, provider=provider_url, seeded=seeded)
                     target.invoke_answers = Counter({200: 2})
                     ledger = harness.ledger_check(runtime, env, target)
