@@ -1055,7 +1055,7 @@ def table(result: dict[str, Any]) -> str:
         "reference); '(SDK provider)' rows: the SDK provider with its durable store; "
         "'(engine on a bare route)' rows: bench/floor.py, the same engine without FastAPI or "
         "middleware; '(leanest path, by hand)' rows: bench/leanest.py, the same durable work "
-        "written by hand on a raw ASGI app, the leanest invoke this machine serves (0363)"
+        "written by hand with no layers, the leanest invoke this machine serves (0363)"
     )
     lines.append(
         "ratio: invokes/s over the same provider alone, same run; floor ms: the lowest mean "
