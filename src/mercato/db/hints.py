@@ -1,0 +1,207 @@
+"""Hints: what the hot invoke keeps in memory per serve process, and the rule that keeps it
+honest (decision 0400).
+
+The invoke reads the caller's API key (its principal) and the version's invocable facts (the
+version and its holds, its connection's dispatch target, the caller's quota policy) on every
+call. A serve process keeps what it read in a `Hints` memo, so that the next call reads
+nothing. What it keeps is only a hint; the rule, written once here for both stores:
+
+1. **One generation.** The one-row table `hint_generation` counts the changes to anything a
+   hint is made of. Every write that touches a watched table (`WATCHED`: API keys, accounts,
+   listings, versions, holds, provider connections, quota overrides) adds one to it in the same
+   transaction: the ORM does it at each flush (`_bump_on_flush`, registered on every Session),
+   so a new writer cannot forget it. A Core statement that writes a watched table (none does
+   today but the key-use touch, which no hint depends on) must `bump` itself.
+2. **Hints of one generation.** A `Hints` memo holds entries of one generation only, read
+   after that generation was (`generation_plan` first, then the facts, in the same read): an
+   entry is never older than the generation it is filed under. Seeing a newer generation
+   drops every entry.
+3. **The money write decides.** A call served from memory carries the generation of what it
+   used (`Served`, noted on its read unit). Its accept program's first step (`guard_step`) runs
+   only while `hint_generation` still holds that value; otherwise the program stops, writes
+   nothing, and the engine drops its hints and does the call again the uncached way, which
+   answers exactly as it would have (a revoked key: 401; a held listing: 403; …). So a change
+   committed before an invoke's accept governs that invoke, in every process sharing the
+   database, without any clock or TTL: PostgreSQL's statement (READ COMMITTED, a fresh
+   snapshot per statement) and SQLite's BEGIN IMMEDIATE transaction both read the committed
+   generation at the moment they write.
+
+Admin writes serialise on the generation row (they are rare); the hot path only reads it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from sqlalchemy import BigInteger, Integer, Table, event, select, update
+from sqlalchemy.orm import Mapped, Session, UOWTransaction, mapped_column
+
+from mercato.db.base import Base
+from mercato.db.guarded import Empty, Refs, Step
+from mercato.db.plans import Plan, Rows, query, scalar
+
+V = TypeVar("V")
+
+WATCHED = frozenset(
+    {
+        "accounts",
+        "api_keys",
+        "listings",
+        "versions",
+        "holds",
+        "provider_connections",
+        "quota_overrides",
+    }
+)
+"""The tables a hint is made of: any ORM write to one of them moves the generation."""
+
+MAX_ENTRIES = 4096
+"""Per memo: past it, the memo starts again empty (a bound, not a policy)."""
+
+
+class HintGeneration(Base):
+    """One row (id 1): how many times a watched table changed (decision 0400)."""
+
+    __tablename__ = "hint_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+_table = cast(Table, HintGeneration.__table__)
+_GENERATION = select(_table.c.value).where(_table.c.id == 1)
+BUMP = update(_table).where(_table.c.id == 1).values(value=_table.c.value + 1)
+
+
+@query
+def generation_plan() -> Plan[int]:
+    """The committed generation (0 before the first change). Read it before the facts a hint
+    will be made of, in the same read."""
+    value = scalar((yield Rows(_GENERATION)))
+    return 0 if value is None else int(value)
+
+
+def bump(session: Session) -> None:
+    """Move the generation in `session`'s transaction (a Core write to a watched table)."""
+    session.connection().execute(BUMP)
+
+
+def _watched(instance: object) -> bool:
+    table = getattr(type(instance), "__tablename__", None)
+    return table in WATCHED
+
+
+@event.listens_for(Session, "after_flush")
+def _bump_on_flush(session: Session, _context: UOWTransaction) -> None:
+    changed = any(_watched(obj) for obj in session.new) or any(
+        _watched(obj) for obj in session.deleted
+    )
+    if not changed:
+        changed = any(_watched(obj) and session.is_modified(obj) for obj in session.dirty)
+    if changed:
+        bump(session)
+
+
+# --- the guard ----------------------------------------------------------------------------
+
+STALE = "stale_hint"
+"""What the accept program's guard step is called (an empty guard: the program stopped)."""
+
+
+def guard_step(name: str = "hinted") -> Step:
+    """A first step for a money program: it returns a row (and the program goes on) only when
+    the program's input `hint_generation` is NULL (nothing came from memory) or is still the
+    committed generation. Otherwise the program STOPs: nothing is written, and the caller goes
+    the uncached way (rule 3)."""
+
+    def build(refs: Refs) -> Any:
+        given = refs.param("hint_generation", BigInteger)
+        current = select(_table.c.value).where(_table.c.id == 1).scalar_subquery()
+        fresh = given.is_(None) | (current == given)
+        return select(fresh.label("fresh")).where(refs.gate, fresh)
+
+    return Step(name, build, Empty.STOP)
+
+
+# --- the memo -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What a read unit served from memory: the oldest generation it used, and the digest of
+    the API key it took as proven (so that the uncached way can prove it again)."""
+
+    generation: int
+    key_digest: str | None = None
+
+
+def note_served(conn: Any, served: Served) -> bool:
+    """Note on the read unit `conn` that it served `served` from memory (keeping the oldest
+    generation). False when `conn` cannot carry it (then serve nothing from memory)."""
+    try:
+        before: Served | None = conn.served
+    except AttributeError:
+        return False
+    if before is not None:
+        digest = served.key_digest or before.key_digest
+        served = Served(min(before.generation, served.generation), digest)
+    conn.served = served
+    return True
+
+
+def served_on(conn: Any) -> Served | None:
+    """What the read unit `conn` served from memory (None: nothing)."""
+    return getattr(conn, "served", None)
+
+
+class Memo(Generic[V]):
+    """Hints of one generation (rule 2): `get` answers (value, generation) or None."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # serve's loops may share a Runtime across threads
+        self._generation = -1
+        self._entries: dict[Hashable, V] = {}
+
+    def get(self, key: Hashable) -> tuple[V, int] | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        return found, self._generation
+
+    def put(self, key: Hashable, value: V, generation: int) -> None:
+        """File `value`, read after `generation` was: dropped when the memo is already at a
+        newer one; every entry goes when `generation` is newer than the memo's."""
+        with self._lock:
+            if generation < self._generation:
+                return
+            if generation > self._generation or len(self._entries) >= MAX_ENTRIES:
+                self._entries = {}
+                self._generation = generation
+            self._entries[key] = value
+
+    def forget(self) -> None:
+        """Drop every entry (a guard found the generation moved)."""
+        with self._lock:
+            self._entries = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass
+class Hints:
+    """The hints of one process (carried by its Runtime): API keys and invocable facts."""
+
+    keys: Memo[Any]
+    facts: Memo[Any]
+
+    @classmethod
+    def empty(cls) -> Hints:
+        return cls(keys=Memo(), facts=Memo())
+
+    def forget(self) -> None:
+        self.keys.forget()
+        self.facts.forget()
