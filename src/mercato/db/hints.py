@@ -36,7 +36,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from sqlalchemy import BigInteger, Integer, Table, event, select, update
+from sqlalchemy import BigInteger, Integer, Table, event, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, Session, UOWTransaction, mapped_column
 
 from mercato.db.base import Base
@@ -73,7 +74,19 @@ class HintGeneration(Base):
 
 _table = cast(Table, HintGeneration.__table__)
 _GENERATION = select(_table.c.value).where(_table.c.id == 1)
-BUMP = update(_table).where(_table.c.id == 1).values(value=_table.c.value + 1)
+
+
+def _bump_statement(dialect: str) -> Any:
+    # An upsert, not an UPDATE: a missing row (a table emptied by hand) must never swallow a
+    # change; it counts from 0 like the read (`generation_plan`) and the guard do.
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(_table).values(id=1, value=1)
+    return statement.on_conflict_do_update(
+        index_elements=[_table.c.id], set_={"value": _table.c.value + 1}
+    )
+
+
+_BUMPS = {dialect: _bump_statement(dialect) for dialect in ("postgresql", "sqlite")}
 
 
 @query
@@ -86,7 +99,8 @@ def generation_plan() -> Plan[int]:
 
 def bump(session: Session) -> None:
     """Move the generation in `session`'s transaction (a Core write to a watched table)."""
-    session.connection().execute(BUMP)
+    connection = session.connection()
+    connection.execute(_BUMPS[connection.dialect.name])
 
 
 def _watched(instance: object) -> bool:
@@ -119,7 +133,7 @@ def guard_step(name: str = "hinted") -> Step:
 
     def build(refs: Refs) -> Any:
         given = refs.param("hint_generation", BigInteger)
-        current = select(_table.c.value).where(_table.c.id == 1).scalar_subquery()
+        current = func.coalesce(select(_table.c.value).where(_table.c.id == 1).scalar_subquery(), 0)
         fresh = given.is_(None) | (current == given)
         return select(fresh.label("fresh")).where(refs.gate, fresh)
 
