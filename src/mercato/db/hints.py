@@ -7,11 +7,12 @@ call. A serve process keeps what it read in a `Hints` memo, so that the next cal
 nothing. What it keeps is only a hint; the rule, written once here for both stores:
 
 1. **One generation.** The one-row table `hint_generation` counts the changes to anything a
-   hint is made of. Every write that touches a watched table (`WATCHED`: API keys, accounts,
-   listings, versions, holds, provider connections, quota overrides) adds one to it in the same
-   transaction: the ORM does it at each flush (`_bump_on_flush`, registered on every Session),
-   so a new writer cannot forget it. A Core statement that writes a watched table (none does
-   today but the key-use touch, which no hint depends on) must `bump` itself.
+   hint is made of. Every write that changes a watched row (`WATCHED`: API keys, accounts,
+   listings, versions, holds, provider connections, quota overrides) adds one to it in the
+   same transaction: the ORM does it at each flush that changes such a row (`_bump_on_flush`,
+   registered on every Session), so a new writer cannot forget it. A Core statement that
+   writes a watched table (none does today but the key-use touch, which no hint depends on)
+   must `bump` itself.
 2. **Hints of one generation.** A `Hints` memo holds entries of one generation only, read
    after that generation was (`generation_plan` first, then the facts, in the same read): an
    entry is never older than the generation it is filed under. Seeing a newer generation
@@ -36,9 +37,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from sqlalchemy import BigInteger, Integer, Table, event, func, select
+from sqlalchemy import BigInteger, Integer, Table, event, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Mapped, Session, UOWTransaction, mapped_column
+from sqlalchemy.orm import InstanceState, Mapped, Session, UOWTransaction, mapped_column
 
 from mercato.db.base import Base
 from mercato.db.guarded import Empty, Refs, Step
@@ -46,18 +47,21 @@ from mercato.db.plans import Plan, Rows, query, scalar
 
 V = TypeVar("V")
 
-WATCHED = frozenset(
-    {
-        "accounts",
-        "api_keys",
-        "listings",
-        "versions",
-        "holds",
-        "provider_connections",
-        "quota_overrides",
-    }
-)
-"""The tables a hint is made of: any ORM write to one of them moves the generation."""
+WATCHED: dict[str, frozenset[str] | None] = {
+    "accounts": frozenset({"is_staff"}),
+    "api_keys": frozenset({"account_id", "digest", "revoked_at"}),  # not its last use
+    "listings": None,
+    "versions": None,
+    "holds": None,
+    "provider_connections": None,
+    "quota_overrides": None,
+}
+"""The tables a hint is made of, with the columns whose change moves the generation (None:
+any). A deleted row moves it too; a new row only where it changes what an existing one means
+(`NEW_ROWS_MATTER`: a hold makes its listing unavailable, an override replaces the default
+policy); a new key, account, listing, version or connection is in no memory yet."""
+
+NEW_ROWS_MATTER = frozenset({"holds", "quota_overrides"})
 
 MAX_ENTRIES = 4096
 """Per memo: past it, the memo starts again empty (a bound, not a policy)."""
@@ -103,18 +107,28 @@ def bump(session: Session) -> None:
     connection.execute(_BUMPS[connection.dialect.name])
 
 
-def _watched(instance: object) -> bool:
-    table = getattr(type(instance), "__tablename__", None)
-    return table in WATCHED
+def _table_of(instance: object) -> str | None:
+    return getattr(type(instance), "__tablename__", None)
+
+
+def _changed(instance: object) -> bool:
+    table = _table_of(instance)
+    if table not in WATCHED:
+        return False
+    columns = WATCHED[table]
+    state: InstanceState[Any] = inspect(instance, raiseerr=True)
+    if columns is None:
+        return any(attr.history.has_changes() for attr in state.attrs)
+    return any(state.attrs[name].history.has_changes() for name in columns)
 
 
 @event.listens_for(Session, "after_flush")
 def _bump_on_flush(session: Session, _context: UOWTransaction) -> None:
-    changed = any(_watched(obj) for obj in session.new) or any(
-        _watched(obj) for obj in session.deleted
+    changed = (
+        any(_table_of(obj) in NEW_ROWS_MATTER for obj in session.new)
+        or any(_table_of(obj) in WATCHED for obj in session.deleted)
+        or any(_changed(obj) for obj in session.dirty)
     )
-    if not changed:
-        changed = any(_watched(obj) and session.is_modified(obj) for obj in session.dirty)
     if changed:
         bump(session)
 
