@@ -219,16 +219,35 @@ class Memo(Generic[V]):
         return len(self._entries)
 
 
+class Used:
+    """Keys known to be used (an account's Idempotency-Keys this process saw accepted or
+    replayed): a fact that never changes (a call is never deleted), so no generation. Only an
+    optimisation: a call whose key is here looks it up instead of trying accept first."""
+
+    def __init__(self) -> None:
+        self._keys: set[Hashable] = set()
+
+    def add(self, key: Hashable) -> None:
+        if len(self._keys) >= MAX_ENTRIES:
+            self._keys = set()
+        self._keys.add(key)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._keys
+
+
 @dataclass
 class Hints:
-    """The hints of one process (carried by its Runtime): API keys and invocable facts."""
+    """The hints of one process (carried by its Runtime): API keys and invocable facts, and
+    the Idempotency-Keys it knows to be used."""
 
     keys: Memo[Any]
     facts: Memo[Any]
+    used: Used
 
     @classmethod
     def empty(cls) -> Hints:
-        return cls(keys=Memo(), facts=Memo())
+        return cls(keys=Memo(), facts=Memo(), used=Used())
 
     def forget(self) -> None:
         self.keys.forget()

@@ -308,7 +308,7 @@ async def prepare(
     given here to a caller whose key came from memory (a replay, a refusal) proves the key
     first, so that a revoked key is refused as it was before anything else."""
     hints = runtime.hints
-    if hints is not None:
+    if hints is not None and (request.account_id, request.idempotency_key) not in hints.used:
         hit = hints.facts.get((request.service_code, request.version, request.account_id))
         if hit is not None and note_served(conn, Served(hit[1])):
             version, target, policy = hit[0]
@@ -396,12 +396,17 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     whose accept program stopped (its Idempotency-Key was already used, or what it was served
     changed), is done again without memory (`_uncached`), which answers exactly as a call
     that read everything would have."""
+    hints = runtime.hints
     if prepared.served is None:
-        return await _run(runtime, prepared)
-    try:
-        return await _run(runtime, prepared)
-    except (_Stopped, MercatoError, IntegrityError):
-        return await _uncached(runtime, prepared)
+        result = await _run(runtime, prepared)
+    else:
+        try:
+            result = await _run(runtime, prepared)
+        except (_Stopped, MercatoError, IntegrityError):
+            result = await _uncached(runtime, prepared)
+    if hints is not None:  # its key is used now: a replay of it looks it up first
+        hints.used.add((prepared.request.account_id, prepared.request.idempotency_key))
+    return result
 
 
 class _Stopped(Exception):

@@ -182,8 +182,12 @@ def test_another_process_sees_a_revocation_and_a_hold(world: World) -> None:
     other = dataclasses.replace(other, provider=world.provider_client, hints=Hints.empty())
     try:
         with TestClient(create_app(other), raise_server_exceptions=False) as second:
-            assert world.invoke(key="a").status_code == 200
+            first = world.invoke(key="a")
+            assert first.status_code == 200
             assert invoke_on(second, world, "b").status_code == 200  # both remember now
+            # A key the other process accepted: its accept stops at the key, then it replays.
+            replayed = invoke_on(second, world, "a")
+            assert (replayed.status_code, replayed.content) == (200, first.content)
             hold_id = hold(other, SERVICE)  # a change made through the other process
             assert world.invoke(key="c").json()["code"] == "LISTING_UNAVAILABLE"
             release(world.runtime, hold_id)
