@@ -396,24 +396,48 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     whose accept program stopped (its Idempotency-Key was already used, or what it was served
     changed), is done again without memory (`_uncached`), which answers exactly as a call
     that read everything would have."""
+    try:
+        accepted = await _accept(runtime, prepared)
+    except (_Stopped, MercatoError, IntegrityError):
+        if prepared.served is None:
+            raise
+        accepted = await _uncached(runtime, prepared)
     hints = runtime.hints
-    if prepared.served is None:
-        result = await _run(runtime, prepared)
-    else:
-        try:
-            result = await _run(runtime, prepared)
-        except (_Stopped, MercatoError, IntegrityError):
-            result = await _uncached(runtime, prepared)
     if hints is not None:  # its key is used now: a replay of it looks it up first
         hints.used.add((prepared.request.account_id, prepared.request.idempotency_key))
-    return result
+    if isinstance(accepted, InvokeResult):
+        return accepted
+    invocation_id, owner, quota = accepted
+    version = prepared.version
+    runtime.failpoints.hit(AFTER_ACCEPT)
+    job = Job(
+        invocation_id=invocation_id,
+        state=State.DISPATCHING.value,
+        connection_id=version.connection_id,
+        provider_key=invocations.provider_key_for(invocation_id),
+        payload=prepared.request.body,
+        response_max_bytes=version.response_max_bytes,
+        result_schema=version.contract.get("resultSchema", {}),
+        has_artifact_contract=version.has_artifact_contract,
+        sends=1,
+        reconciliations=0,
+    )
+    view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
+    if view is None:  # another process took over; answer with what the database says now
+        async with runtime.adb.read() as conn:
+            view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
+    return InvokeResult(view=view, quota=quota, replay=False)
 
 
 class _Stopped(Exception):
     """The accept program of a call served from memory stopped (see `run`)."""
 
 
-async def _run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
+async def _accept(
+    runtime: Runtime, prepared: Prepared
+) -> tuple[str, str, QuotaStatus] | InvokeResult:
+    """Check and accept the call: (its id, its lease owner, the quota it took), or the
+    answer of the twin that took its key first."""
     adb = runtime.adb
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
@@ -467,24 +491,7 @@ async def _run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
                 raise refused
             raise RuntimeError("the accept program stopped without a twin")
         return _replay(twin, fingerprint, runtime.clock.now())
-    runtime.failpoints.hit(AFTER_ACCEPT)
-    job = Job(
-        invocation_id=invocation_id,
-        state=State.DISPATCHING.value,
-        connection_id=version.connection_id,
-        provider_key=invocations.provider_key_for(invocation_id),
-        payload=request.body,
-        response_max_bytes=version.response_max_bytes,
-        result_schema=version.contract.get("resultSchema", {}),
-        has_artifact_contract=version.has_artifact_contract,
-        sends=1,
-        reconciliations=0,
-    )
-    view = await send_and_conclude(runtime, target, job, owner, synchronous=True)
-    if view is None:  # another process took over; answer with what the database says now
-        async with adb.read() as conn:
-            view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
-    return InvokeResult(view=view, quota=quota, replay=False)
+    return invocation_id, owner, quota
 
 
 # --- shared by the request and the worker ------------------------------------------------
