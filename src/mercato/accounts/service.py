@@ -18,7 +18,7 @@ import secrets
 import string
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import cast
+from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -50,7 +50,8 @@ from mercato.accounts.schemas import (
 )
 from mercato.core.errors import Unauthenticated
 from mercato.core.ids import new_id
-from mercato.db.plans import Plan, Rows, first, query
+from mercato.db.hints import Memo, Served, generation_plan, note_served
+from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.uow import Database
 from mercato.settings import Settings
 
@@ -282,9 +283,20 @@ def _lookup_api_key(session: Session, api_key: str) -> tuple[Principal, dt.datet
 def lookup_api_key(*, api_key: str) -> Plan[tuple[Principal, dt.datetime | None]]:
     """The principal of an API key and when its use was last recorded, or Unauthenticated
     (the read half of `authenticate_api_key`, for the async edge)."""
+    return (yield from lookup_api_key_digest.plan(digest=api_key_digest(api_key)))
+
+
+def api_key_digest(api_key: str) -> str:
+    """The digest an API key is stored and looked up by; Unauthenticated when `api_key` does
+    not have the form of one (refused before any database work)."""
     if not _API_KEY_RE.match(api_key):
         raise Unauthenticated("The credential is not valid.")
-    digest = token_digest(api_key)
+    return token_digest(api_key)
+
+
+@query
+def lookup_api_key_digest(*, digest: str) -> Plan[tuple[Principal, dt.datetime | None]]:
+    """`lookup_api_key` by the key's digest (`api_key_digest`)."""
     row = first((yield Rows(_KEY_BY_DIGEST, {"digest": digest})))
     if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
         raise Unauthenticated("The credential is not valid.")
@@ -300,7 +312,7 @@ def touch_due(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
 _touch_due = touch_due
 _TOUCH_API_KEY = (
     update(cast(Table, ApiKey.__table__))
-    .where(_keys.id == bindparam("p_id"))
+    .where(_keys.id == bindparam("p_id"), _keys.revoked_at.is_(None))  # a use, not a try
     .where(
         or_(
             _keys.last_used_at.is_(None),
@@ -605,3 +617,36 @@ def unlock_login(session: Session, *, email: str, settings: Settings) -> int:
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+# --- API keys kept in memory (decision 0400) --------------------------------------------
+
+
+class KeyHint:
+    """An API key's principal as a serve process keeps it (`mercato.db.hints`), with when its
+    use was last recorded as this process knows it (it records a use at most once per
+    `LAST_USED_RESOLUTION`, as every process does)."""
+
+    __slots__ = ("last_used_at", "principal")
+
+    def __init__(self, principal: Principal, last_used_at: dt.datetime | None) -> None:
+        self.principal = principal
+        self.last_used_at = last_used_at
+
+
+async def hinted_api_key(conn: AsyncConnection, memo: Memo[Any] | None, api_key: str) -> KeyHint:
+    """The principal of `api_key` from `memo` when it has it (noting on the read unit `conn`
+    that it was served from memory, so that the call's money write proves it: `hints` rule
+    3), else read on `conn` (and filed in `memo`, under the generation read first)."""
+    digest = api_key_digest(api_key)
+    generation = None
+    if memo is not None:
+        hit = memo.get(digest)
+        if hit is not None and note_served(conn, Served(hit[1], digest)):
+            return cast(KeyHint, hit[0])
+        generation = await generation_plan.aio(conn)
+    principal, last_used_at = await lookup_api_key_digest.aio(conn, digest=digest)
+    hint = KeyHint(principal, last_used_at)
+    if memo is not None and generation is not None:
+        memo.put(digest, hint, generation)
+    return hint

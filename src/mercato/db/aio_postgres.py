@@ -40,6 +40,7 @@ from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
+from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.uow import Database
 
@@ -164,12 +165,14 @@ class _Pool:
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
-    __slots__ = ("_conn", "_db", "_unit")
+    __slots__ = ("_conn", "_db", "_unit", "served")
 
     def __init__(self, db: PostgresDatabase, conn: Any, unit: Unit) -> None:
         self._db = db
         self._conn = conn
         self._unit = OneUnit(unit)
+        self.served: Served | None = None
+        """What this unit served from memory (`mercato.db.hints.note_served`)."""
 
     @property
     def refused(self) -> bool:

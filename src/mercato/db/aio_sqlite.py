@@ -36,6 +36,7 @@ from mercato.core.ids import bind, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
+from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
 from mercato.db.uow import Database
 
@@ -83,12 +84,14 @@ class _Program:
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
-    __slots__ = ("_db", "_raw", "_unit")
+    __slots__ = ("_db", "_raw", "_unit", "served")
 
     def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection, unit: Unit) -> None:
         self._db = db
         self._raw = raw
         self._unit = OneUnit(unit)
+        self.served: Served | None = None
+        """What this unit served from memory (`mercato.db.hints.note_served`)."""
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)

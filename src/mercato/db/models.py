@@ -13,6 +13,7 @@ _MODEL_MODULES = [
     "mercato.invocations.models",
     "mercato.artifacts.models",
     "mercato.cases.models",
+    "mercato.db.hints",
 ]
 
 

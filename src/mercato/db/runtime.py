@@ -21,6 +21,7 @@ from mercato.core.failpoints import NO_FAILPOINTS, Failpoints
 from mercato.core.ids import Ids
 from mercato.db.aio import make_async_database
 from mercato.db.engine import make_engine
+from mercato.db.hints import Hints
 from mercato.db.plans import AsyncDatabase
 from mercato.db.uow import Database
 from mercato.settings import Settings
@@ -53,6 +54,9 @@ class Runtime:
     """Sleeping on the event loop (a test's fake clock advances instead)."""
     async_provider: AsyncProvider | None = None
     """The provider client of the async flows (`mercato.dispatch.port.AsyncProvider`)."""
+    hints: Hints | None = field(default_factory=Hints.empty)
+    """What the hot invoke keeps in memory in this process (`mercato.db.hints`, decision
+    0400); None: it reads everything on every call."""
 
     def __post_init__(self) -> None:
         if self.aio is None:

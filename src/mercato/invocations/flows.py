@@ -6,8 +6,10 @@ provider client (`runtime.async_provider_client()`), and waiting is `await runti
 Used by the invoke route (on the event loop, no thread-pool hop) and by the worker loops; the
 plans are the same functions the sync callers (CLI, tests) run on a Session.
 
-Nothing here keeps state in memory that another process needs: every decision is read from,
-and written to, the database, and every transition is conditional on holding the row's lease.
+Nothing here keeps state in memory that another process needs: every decision is written to
+the database, and every transition is conditional on holding the row's lease. What the invoke
+keeps in memory (the caller's key, the version's facts: `mercato.db.hints`, decision 0400) is
+only a hint that the accept program proves.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from jsonschema import validators
 from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from mercato.accounts import service as accounts
+from mercato.accounts.errors import KeyDisproved
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
-from mercato.core.errors import MercatoError
+from mercato.core.errors import MercatoError, Unauthenticated
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
+from mercato.db.hints import Served, generation_plan, note_served, served_on
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
@@ -277,6 +282,9 @@ class Prepared:
     version: catalog.InvocableVersion
     target: DispatchTarget
     policy: Policy
+    served: Served | None = None
+    """What of it (or of the caller's key) came from memory (decision 0400): the accept
+    program proves it, and any other answer is given the uncached way."""
 
 
 async def invoke(runtime: Runtime, request: InvokeRequest) -> InvokeResult:
@@ -292,14 +300,70 @@ async def prepare(
     runtime: Runtime, conn: AsyncConnection, request: InvokeRequest
 ) -> InvokeResult | Prepared:
     """The reads of an invoke, on the caller's read connection: the answer of a replay, or
-    what a fresh call needs (`run` it after the read is closed: no call holds a read open)."""
-    return await prepare_plan.aio(conn, runtime, request)
+    what a fresh call needs (`run` it after the read is closed: no call holds a read open).
+
+    With the version's facts in the process's memory (`mercato.db.hints`, decision 0400) it
+    reads nothing, not even the Idempotency-Key: the accept program stops on a key already
+    used, and on facts that changed, and `run` then answers the uncached way. An answer
+    given here to a caller whose key came from memory (a replay, a refusal) proves the key
+    first, so that a revoked key is refused as it was before anything else."""
+    hints = runtime.hints
+    if hints is not None and (request.account_id, request.idempotency_key) not in hints.used:
+        hit = hints.facts.get((request.service_code, request.version, request.account_id))
+        if hit is not None and note_served(conn, Served(hit[1])):
+            version, target, policy = hit[0]
+            fingerprint = invocations.fingerprint_of(
+                service_code=request.service_code, version=request.version, body=request.body
+            )
+            return Prepared(request, fingerprint, version, target, policy, served_on(conn))
+    served = served_on(conn)
+    try:
+        prepared = await prepare_plan.aio(conn, runtime, request)
+    except MercatoError:
+        await _prove_key(conn, served)
+        raise
+    if isinstance(prepared, InvokeResult):
+        await _prove_key(conn, served)
+        return prepared
+    return prepared if served is None else replace(prepared, served=served)
+
+
+async def _prove_key(conn: AsyncConnection, served: Served | None) -> None:
+    """Read the API key that was served from memory (`KeyDisproved` when it is refused now)."""
+    if served is None or served.key_digest is None:
+        return
+    try:
+        await accounts.lookup_api_key_digest.aio(conn, digest=served.key_digest)
+    except Unauthenticated as refused:
+        raise KeyDisproved(refused) from None
+
+
+async def _uncached(runtime: Runtime, prepared: Prepared) -> InvokeResult:
+    """A call that was served from memory, done again the way it is without memory: its key
+    read (refused: `KeyDisproved`), its Idempotency-Key looked up (a replay answers), its
+    facts read, then `run`. Memory is dropped when the generation moved (`hints` rule 3)."""
+    served = prepared.served
+    async with runtime.adb.read() as conn:
+        hints = runtime.hints
+        if (
+            hints is not None
+            and served is not None
+            and (await generation_plan.aio(conn) != served.generation)
+        ):
+            hints.forget()
+        await _prove_key(conn, served)
+        again = await prepare_plan.aio(conn, runtime, prepared.request, cached=False)
+    if isinstance(again, InvokeResult):
+        return again
+    return await run(runtime, again)
 
 
 @query
-def prepare_plan(runtime: Runtime, request: InvokeRequest) -> Plan[InvokeResult | Prepared]:
-    """`prepare`, written once (a route may run it inside its own read, as the invoke route
-    does after authenticating the caller on the same connection)."""
+def prepare_plan(
+    runtime: Runtime, request: InvokeRequest, *, cached: bool = True
+) -> Plan[InvokeResult | Prepared]:
+    """`prepare`'s reads, written once: a replay's answer, or the facts (filed in the
+    process's memory when `cached`, under the generation read first: `hints` rule 2)."""
     settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
@@ -316,15 +380,68 @@ def prepare_plan(runtime: Runtime, request: InvokeRequest) -> Plan[InvokeResult 
             account_id=request.account_id, settings=settings, now=now
         )
         return replace(replay, quota=current)
+    hints = runtime.hints if cached else None
+    generation = None if hints is None else (yield from generation_plan.plan())
     version, target, policy = yield from facts.plan(request=request, settings=settings)
+    if hints is not None and generation is not None:
+        key = (request.service_code, request.version, request.account_id)
+        hints.facts.put(key, (version, target, policy), generation)
     return Prepared(request, fingerprint, version, target, policy)
 
 
 async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
-    """A fresh call `prepare` read: check, accept, send, conclude."""
+    """A fresh call `prepare` read: check, accept, send, conclude.
+
+    A call served from memory (`prepared.served`) that is refused before it is accepted, or
+    whose accept program stopped (its Idempotency-Key was already used, or what it was served
+    changed), is done again without memory (`_uncached`), which answers exactly as a call
+    that read everything would have."""
+    try:
+        accepted = await _accept(runtime, prepared)
+    except (_Stopped, MercatoError, IntegrityError):
+        if prepared.served is None:
+            raise
+        accepted = await _uncached(runtime, prepared)
+    hints = runtime.hints
+    if hints is not None:  # its key is used now: a replay of it looks it up first
+        hints.used.add((prepared.request.account_id, prepared.request.idempotency_key))
+    if isinstance(accepted, InvokeResult):
+        return accepted
+    invocation_id, owner, quota = accepted
+    version = prepared.version
+    runtime.failpoints.hit(AFTER_ACCEPT)
+    job = Job(
+        invocation_id=invocation_id,
+        state=State.DISPATCHING.value,
+        connection_id=version.connection_id,
+        provider_key=invocations.provider_key_for(invocation_id),
+        payload=prepared.request.body,
+        response_max_bytes=version.response_max_bytes,
+        result_schema=version.contract.get("resultSchema", {}),
+        has_artifact_contract=version.has_artifact_contract,
+        sends=1,
+        reconciliations=0,
+    )
+    view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
+    if view is None:  # another process took over; answer with what the database says now
+        async with runtime.adb.read() as conn:
+            view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
+    return InvokeResult(view=view, quota=quota, replay=False)
+
+
+class _Stopped(Exception):
+    """The accept program of a call served from memory stopped (see `run`)."""
+
+
+async def _accept(
+    runtime: Runtime, prepared: Prepared
+) -> tuple[str, str, QuotaStatus] | InvokeResult:
+    """Check and accept the call: (its id, its lease owner, the quota it took), or the
+    answer of the twin that took its key first."""
     adb = runtime.adb
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
+    served = prepared.served
     if not target.approved:
         raise ProviderNotApproved("The provider connection of this version is not approved.")
     _check_body(request.body, version)
@@ -333,7 +450,7 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     owner = runtime.ids.new("lease")
     now = runtime.clock.now()
 
-    async def accept(conn: AsyncConnection) -> QuotaStatus:
+    async def accept(conn: AsyncConnection) -> QuotaStatus | None:
         return await invocations.accept.aio(
             conn,
             invocation_id=invocation_id,
@@ -349,40 +466,32 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
             now=now,
+            hint_generation=None if served is None else served.generation,
         )
 
     runtime.failpoints.hit(BEFORE_ACCEPT)
+    refused: Exception | None = None
     try:
         quota = await in_transaction(runtime, accept, one_statement=True)
-    except (IntegrityError, InsufficientPoints, RateLimitExceeded):
-        # A concurrent request with the same key was accepted first: answer as its replay. Its
-        # reservation or quota slot may be what refused ours (reserve runs before the insert
-        # hits the key's unique constraint), so a refusal is only final when there is no twin.
+    except (IntegrityError, InsufficientPoints, RateLimitExceeded) as error:
+        if served is not None:
+            raise  # `run` answers it the uncached way
+        quota, refused = None, error
+    if quota is None:
+        if served is not None:
+            raise _Stopped  # the key was used already, or what was served changed
+        # A concurrent request with the same key was accepted first (the program stopped at
+        # its intent): answer as its replay. A refusal is only final when there is no twin.
         async with adb.read() as conn:
             twin = await invocations.find_by_key.aio(
                 conn, account_id=request.account_id, idempotency_key=request.idempotency_key
             )
         if twin is None:
-            raise
+            if refused is not None:
+                raise refused
+            raise RuntimeError("the accept program stopped without a twin")
         return _replay(twin, fingerprint, runtime.clock.now())
-    runtime.failpoints.hit(AFTER_ACCEPT)
-    job = Job(
-        invocation_id=invocation_id,
-        state=State.DISPATCHING.value,
-        connection_id=version.connection_id,
-        provider_key=invocations.provider_key_for(invocation_id),
-        payload=request.body,
-        response_max_bytes=version.response_max_bytes,
-        result_schema=version.contract.get("resultSchema", {}),
-        has_artifact_contract=version.has_artifact_contract,
-        sends=1,
-        reconciliations=0,
-    )
-    view = await send_and_conclude(runtime, target, job, owner, synchronous=True)
-    if view is None:  # another process took over; answer with what the database says now
-        async with adb.read() as conn:
-            view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
-    return InvokeResult(view=view, quota=quota, replay=False)
+    return invocation_id, owner, quota
 
 
 # --- shared by the request and the worker ------------------------------------------------

@@ -1,7 +1,9 @@
 """The invocation engine's money programs, each written once (`mercato.db.guarded`).
 
-- `ACCEPT`: the call intent (its unique (account, key) stops a same-key twin before anything
-  shared is touched), its first attempt's address, the reservation (`rules.reserve_steps`: the
+- `ACCEPT`: the hints guard (a call served from memory runs only while the hint generation
+  it was served at is current: `mercato.db.hints`, decision 0400), the call intent (its
+  unique (account, key) stops the program quietly for a same-key twin before anything shared
+  is touched), its first attempt's address, the reservation (`rules.reserve_steps`: the
   caller's balances are locked and moved last but one), then the quota slot (last).
 - `SETTLE`: the leased terminal UPDATE to SUCCEEDED (no row: the lease was lost, nothing
   happens), then `rules.settle_steps` on the reservation it returns.
@@ -21,6 +23,7 @@ from typing import Any, cast
 
 from sqlalchemy import Integer, String, Table, update
 
+from mercato.db import hints
 from mercato.db.guarded import Empty, Program, Refs, Step, col, inline, insert_select, param
 from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import ACTIVE_STATES
@@ -96,8 +99,11 @@ _ACTIVE = [inline(state.value, String) for state in ACTIVE_STATES]
 
 
 def _intent(refs: Refs) -> Any:
+    # A key already used (committed, or by a twin whose transaction commits first) inserts
+    # nothing and stops the program quietly: the caller answers it as a replay. No error,
+    # so a PostgreSQL group commit is not rolled back for it.
     values = {name: refs.param(f"inv_{name}", _c[name].type) for name in INTENT_COLUMNS}
-    return insert_select(refs, _t, values).returning(_c.id)
+    return insert_select(refs, _t, values).on_conflict_do_nothing().returning(_c.id)  # type: ignore[attr-defined]
 
 
 def _first_attempt(refs: Refs) -> Any:
@@ -116,7 +122,8 @@ def _first_attempt(refs: Refs) -> Any:
 ACCEPT = Program(
     "invocation-accept",
     (
-        Step("intent", _intent),
+        hints.guard_step("hinted"),
+        Step("intent", _intent, Empty.STOP),
         Step("attempt", _first_attempt),
         *rules.reserve_steps(
             "reserve",

@@ -180,12 +180,14 @@ def accept(
     lease_seconds: float,
     now: dt.datetime,
     request_id: str | None = None,
-) -> Plan[QuotaStatus]:
+    hint_generation: int | None = None,
+) -> Plan[QuotaStatus | None]:
     """Accept one call intent: invocation row + its first attempt's address + reservation +
     quota slot, all or nothing.
 
-    A concurrent twin with the same key fails on the unique (account, key) constraint and the
-    caller's transaction rolls back; the edge then answers it as a replay.
+    None, with nothing written, when the key was already used (a concurrent twin's, or an
+    earlier call's: the edge answers it as a replay) or when `hint_generation` (what the call
+    was served from memory at, decision 0400) is no longer the committed hint generation.
     """
     # The intent first: a same-key twin stops at its unique key before touching anything
     # shared. The account's balances and its quota window, which every concurrent call of the
@@ -235,6 +237,7 @@ def accept(
         quota_policy=quota["policy"],
         quota_window_start=quota["window_start"],
         quota_limit=quota["limit"],
+        hint_generation=hint_generation,
     )
     try:
         accepted = yield Run(money.ACCEPT, params)
@@ -242,7 +245,8 @@ def accept(
         if refused.code == quotas.EXHAUSTED:
             raise quotas.slot_refused(policy, now) from None
         raise ledger.refusal(refused, amount=price) from None
-    assert accepted is not None
+    if accepted is None:
+        return None
     return quotas.slot_taken(policy, now, accepted["quota.accepted"])
 
 

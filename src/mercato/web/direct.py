@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mercato.accounts.errors import KeyDisproved
 from mercato.core.errors import MercatoError
 from mercato.web import problems
 
@@ -89,6 +90,8 @@ class DirectRoute:
             response = await self.endpoint(request=request, **params)
         except MercatoError as error:
             response = problems.from_error(error)
+        except KeyDisproved as disproved:  # a key served from memory, refused (decision 0400)
+            response = problems.from_error(disproved.error)
         except HTTPException as error:  # the body cap, raised from `receive` (web/limits.py)
             response = problems.from_http_exception(error)
         await response(scope, receive, send)

@@ -66,9 +66,16 @@ def test_replay_returns_same_body_and_spends_nothing(world: World) -> None:
 
 
 @pytest.mark.postgres_only
-def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) -> None:
+@pytest.mark.parametrize("memory", [True, False], ids=["hints", "no-hints"])
+def test_on_postgresql_an_invoke_is_two_statements_and_no_commit(
+    world: World, memory: bool
+) -> None:
     # Accept and settle are one data-modifying CTE each (decision 0240, no database function),
-    # run in one-statement sessions, so neither needs BEGIN or COMMIT (decision 0191).
+    # run in one-statement sessions, so neither needs BEGIN or COMMIT (decision 0191). The
+    # caller's key and the version's facts are in the process's memory after one call, and a
+    # used Idempotency-Key stops accept itself (decision 0400): nothing is read before accept.
+    if not memory:
+        world.runtime.hints = None
     assert world.invoke({"n": 0}, key="warm").status_code == 200  # records the key's last use
     seen: list[tuple[str, str]] = []
     with observing(world.runtime.adb, lambda kind, detail: seen.append((kind, detail))):
@@ -84,9 +91,9 @@ def test_on_postgresql_an_invoke_is_five_statements_and_no_commit(world: World) 
     assert "INSERT INTO reservations" in writes[0] and "UPDATE reservations" in writes[1]
     assert all("invocation_accept(" not in w and "invocation_settle(" not in w for w in writes)
     assert not {"BEGIN", "COMMIT"} & {s.strip().upper() for s in sent}
-    # Five statements in all: the API key; the Idempotency-Key; the version with its holds, its
-    # dispatch target and the caller's policy (one read); accept; settle.
-    assert len(sent) == 5, sent
+    # Without memory, five statements in all: the API key; the Idempotency-Key; the version
+    # with its holds, its dispatch target and the caller's policy (one read); accept; settle.
+    assert len(sent) == (2 if memory else 5), sent
     # Three units of work on the async database: one read for the caller and the call's facts,
     # then accept, then settle (each one statement, atomic on its own).
     assert units == ["read", "statement", "statement"]

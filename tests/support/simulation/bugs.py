@@ -92,19 +92,25 @@ def _quota_on_replay(patcher: Patcher, runtime: Runtime) -> None:
     from mercato.invocations import flows
     from mercato.quotas import service as quotas
 
-    prepare = flows.prepare
+    prepare = flows.prepare_plan
 
-    async def buggy(rt: Runtime, conn: Any, request: Any) -> Any:
-        result = await prepare(rt, conn, request)
-        if isinstance(result, flows.InvokeResult) and result.replay:
-            with runtime.db.transaction() as session:
-                policy = quotas.policy_for(
-                    session,
-                    account_id=request.account_id,
-                    default=quotas.default_policy(runtime.settings),
-                )
-                now = runtime.clock.now()
-                quotas.take_slot(session, account_id=request.account_id, policy=policy, now=now)
-        return result
+    class Buggy:  # every replay is answered by `prepare_plan` (served from memory or not)
+        plan = prepare.plan
 
-    patcher.set(flows, "prepare", buggy)
+        async def aio(self, conn: Any, rt: Runtime, request: Any, **kwargs: Any) -> Any:
+            result = await prepare.aio(conn, rt, request, **kwargs)
+            if isinstance(result, flows.InvokeResult) and result.replay:
+                take(request)
+            return result
+
+    def take(request: Any) -> None:
+        with runtime.db.transaction() as session:
+            policy = quotas.policy_for(
+                session,
+                account_id=request.account_id,
+                default=quotas.default_policy(runtime.settings),
+            )
+            now = runtime.clock.now()
+            quotas.take_slot(session, account_id=request.account_id, policy=policy, now=now)
+
+    patcher.set(flows, "prepare_plan", Buggy())
