@@ -22,7 +22,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope
 
 from mercato.core.errors import AmbiguousCredentials, InvalidText
 from mercato.web import problems
@@ -165,7 +165,7 @@ def _header(scope: Scope, name: bytes) -> str:
     return ""
 
 
-# --- the middleware ----------------------------------------------------------------------
+# --- the body, read once ----------------------------------------------------------------
 
 
 async def _never() -> Message:
@@ -201,30 +201,22 @@ async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:
     return body, collected
 
 
-class EdgeChecks:
-    """ASGI middleware refusing ambiguous credentials and U+0000; see the module docstring.
+async def checked(scope: Scope, receive: Receive) -> tuple[Response | None, Receive]:
+    """The refusal of an HTTP request (see the module docstring), else None; and the `receive`
+    the app reads the body from (the body is read here, then handed out again).
 
-    It sits inside `BodyLimit`, so the body it reads is already capped."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = head_refusal(scope)
-        if refusal is None and scope["method"] not in _BODYLESS:
-            try:
-                body, messages = await _read_body(receive)
-            except HTTPException as exc:  # the body cap (web/limits.py)
-                await problems.from_http_exception(exc)(scope, receive, send)
-                return
-            refusal = await body_refusal(scope, body)
-            receive = _replay(messages, receive)
-        if refusal is not None:
-            found = _route_of(scope)  # so that the request's metrics and log name its route
-            scope["route"] = found[0] if found is not None else None
-            await refusal(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+    Called by the edge layer (web/front.py) after the body caps, so the body it reads is
+    already capped; the cap's own refusal names no route, as a request refused before
+    routing."""
+    refusal = head_refusal(scope)
+    if refusal is None and scope["method"] not in _BODYLESS:
+        try:
+            body, messages = await _read_body(receive)
+        except HTTPException as exc:  # the body cap (web/limits.py)
+            return problems.from_http_exception(exc), receive
+        refusal = await body_refusal(scope, body)
+        receive = _replay(messages, receive)
+    if refusal is not None:
+        found = _route_of(scope)  # so that the request's metrics and log name its route
+        scope["route"] = found[0] if found is not None else None
+    return refusal, receive
