@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import re
 import sys
 import threading
@@ -234,11 +235,15 @@ class RedactingFilter(logging.Filter):
             if name.startswith("_"):
                 continue
             value = fields[name]
-            if type(value) is str and not _secret_field(name):
-                texts.append(value)
-                named.append(name)
-            else:
-                fields[name] = _scrub_value(name, value)
+            kind = type(value)
+            if kind is str:
+                if not _secret_field(name):
+                    texts.append(value)
+                    named.append(name)
+                    continue
+            elif kind in _PLAIN and (value is None or not _secret_field(name)):
+                continue  # kept as it is, as `_scrub_value` would keep it
+            fields[name] = _scrub_value(name, value)
         if suspect("\n".join(texts)):
             message = scrub(message)
             for name in named:
@@ -254,15 +259,35 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+_second: tuple[int, str] = (-1, "")  # the last second `timestamp` formatted, and its text
+
+
+def timestamp(created: float) -> str:
+    """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")`, rounded as
+    `fromtimestamp` rounds (to the microsecond, half to even), with the date and time of each
+    second formatted once (lines come many a second)."""
+    global _second
+    fraction, whole = math.modf(created)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    if micros < 0 or not 0 <= whole < 253402300800:  # before 1970 or after 9999: the long way
+        return dt.datetime.fromtimestamp(created, tz=dt.UTC).isoformat(timespec="milliseconds")
+    second = int(whole)
+    cached = _second
+    if cached[0] != second:
+        text = dt.datetime.fromtimestamp(second, tz=dt.UTC).isoformat(timespec="seconds")
+        cached = _second = (second, text.removesuffix("+00:00"))
+    return f"{cached[1]}.{micros // 1000:03d}+00:00"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, request_id, then the extra fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = vars(record)
         line: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, tz=dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "ts": timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),

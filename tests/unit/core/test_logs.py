@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -29,6 +30,7 @@ from mercato.core.logs import (
     sane_request_id,
     scrub,
     suspect,
+    timestamp,
 )
 
 
@@ -287,3 +289,23 @@ def test_log_fields_writes_the_line_logger_info_writes(
     assert plain.pop("ts") and direct.pop("ts")
     assert plain == direct
     assert (direct["note"], direct["password"]) == (f"Bearer {REDACTED}", REDACTED)
+
+
+def _iso_ms(created: float) -> str:
+    return dt.datetime.fromtimestamp(created, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=-1e9, max_value=2.5e11),
+        # near the roundings: half a microsecond either side of a millisecond or second edge
+        st.builds(
+            lambda second, edge: second + edge,
+            st.integers(min_value=0, max_value=4_000_000_000),
+            st.sampled_from([0.0, 5e-7, 0.9999995, 0.9999996, 0.0004995, 0.0005, 0.001]),
+        ),
+    )
+)
+def test_the_timestamp_is_datetime_s_to_the_millisecond(created: float) -> None:
+    assert timestamp(created) == _iso_ms(created)
+    assert timestamp(created) == _iso_ms(created)  # once more from the second's cache
