@@ -323,11 +323,6 @@ def configure_logging(level: int | str = logging.INFO, stream: IO[str] | None = 
         root.removeHandler(handler)
     root.addHandler(json_handler(stream))
     root.setLevel(level)
-    # No line carries a record's thread or process (they are not among its fields): do not
-    # look them up for every record (os.getpid() is a system call each time).
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers.clear()
