@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import re
 import sys
 import threading
@@ -96,6 +97,13 @@ def register_secret(value: str | None) -> None:
     _secrets.add(value)
 
 
+def _folded(text: str) -> str:
+    """`text` with every character IGNORECASE takes for an ASCII letter folded to that letter.
+    ASCII text folds by `lower()` exactly as by `_FOLD` (whose only non-ASCII entries are
+    sources, never targets), at a fraction of `translate`'s cost."""
+    return text.lower() if text.isascii() else text.translate(_FOLD)
+
+
 def scrub(text: str) -> str:
     """`text` with every known secret shape and registered secret replaced by [REDACTED]."""
     for secret in _secrets.values():
@@ -105,12 +113,31 @@ def scrub(text: str) -> str:
         text = _TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
     # The patterns below match only where one of their keywords does, case-insensitively:
     # most lines have none, and a folded copy tells that at a fraction of a regex's cost.
-    folded = text.translate(_FOLD)
+    folded = _folded(text)
     if "bearer" in folded or "basic" in folded:
         text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     if "authorization" in folded or "cookie" in folded or "x-api-key" in folded:
         text = _AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(3), text)
     return text
+
+
+def suspect(text: str) -> bool:
+    """Whether `scrub` could change `text`: it holds a registered secret, the platform tokens'
+    prefix, or (folded) a keyword of the patterns. When not, `scrub(text) == text`, and the
+    same holds for every substring of `text` (what `RedactingFilter` relies on)."""
+    for secret in _secrets.values():
+        if secret in text:
+            return True
+    if "mercato_" in text:
+        return True
+    folded = _folded(text)
+    return (
+        "bearer" in folded
+        or "basic" in folded
+        or "authorization" in folded
+        or "cookie" in folded
+        or "x-api-key" in folded
+    )
 
 
 @lru_cache(maxsize=1024)
@@ -119,9 +146,18 @@ def _secret_field(name: str) -> bool:
     return _SECRET_FIELD.search(name) is not None
 
 
+# Values no pattern can match and that print as no secret: numbers, booleans and None.
+_PLAIN: frozenset[type] = frozenset({int, float, bool, type(None)})
+
+
 def _scrub_value(name: str, value: Any) -> Any:
     if value is not None and _secret_field(name):
         return REDACTED
+    kind = type(value)
+    if kind is str:
+        return scrub(value)
+    if kind in _PLAIN:  # exact types only: subclasses take the general path below
+        return value
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, dict):
@@ -138,6 +174,17 @@ def sane_request_id(value: str | None) -> str | None:
     if value is None or not _REQUEST_ID.match(value) or value.startswith("mercato_"):
         return None
     return value
+
+
+def log_fields(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
+    """`logger.log(level, msg, extra=fields)`, without looking up the caller's file and line
+    (a walk up the stack per line): no line carries them (`JsonFormatter`), and the record
+    names them as logging does when it cannot find them."""
+    if logger.isEnabledFor(level):
+        record = logger.makeRecord(
+            logger.name, level, "(unknown file)", 0, msg, (), None, "(unknown function)", fields
+        )
+        logger.handle(record)
 
 
 class RequestIdFilter(logging.Filter):
@@ -175,11 +222,33 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a broken format string must not lose the line
             message = str(record.msg)
-        record.msg = scrub(message)
         record.args = None
-        for name, value in list(vars(record).items()):
-            if name not in _STANDARD and not name.startswith("_"):
-                setattr(record, name, _scrub_value(name, value))
+        fields = vars(record)
+        # The message and the `extra` fields' text, checked at once: when nothing in them all
+        # could be scrubbed (`suspect`), no part of them can be, and they are kept as they are;
+        # else each is scrubbed. Values of other types go through `_scrub_value` one by one.
+        texts = [message]
+        named: list[str] = []
+        # The `extra` fields: the attributes a plain LogRecord does not have (a set difference,
+        # not a loop over every attribute); replacing a value keeps the fields' order.
+        for name in fields.keys() - _STANDARD:
+            if name.startswith("_"):
+                continue
+            value = fields[name]
+            kind = type(value)
+            if kind is str:
+                if not _secret_field(name):
+                    texts.append(value)
+                    named.append(name)
+                    continue
+            elif kind in _PLAIN and (value is None or not _secret_field(name)):
+                continue  # kept as it is, as `_scrub_value` would keep it
+            fields[name] = _scrub_value(name, value)
+        if suspect("\n".join(texts)):
+            message = scrub(message)
+            for name in named:
+                fields[name] = scrub(fields[name])
+        record.msg = message
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)))
             record.exc_info = None
@@ -190,22 +259,45 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+_second: tuple[int, str] = (-1, "")  # the last second `timestamp` formatted, and its text
+
+
+def timestamp(created: float) -> str:
+    """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")`, rounded as
+    `fromtimestamp` rounds (to the microsecond, half to even), with the date and time of each
+    second formatted once (lines come many a second)."""
+    global _second
+    fraction, whole = math.modf(created)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    if micros < 0 or not 0 <= whole < 253402300800:  # before 1970 or after 9999: the long way
+        return dt.datetime.fromtimestamp(created, tz=dt.UTC).isoformat(timespec="milliseconds")
+    second = int(whole)
+    cached = _second
+    if cached[0] != second:
+        text = dt.datetime.fromtimestamp(second, tz=dt.UTC).isoformat(timespec="seconds")
+        cached = _second = (second, text.removesuffix("+00:00"))
+    return f"{cached[1]}.{micros // 1000:03d}+00:00"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, request_id, then the extra fields."""
 
     def format(self, record: logging.LogRecord) -> str:
+        fields = vars(record)
         line: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, tz=dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "ts": timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
-            "request_id": getattr(record, "request_id", None),
+            "request_id": fields.get("request_id"),
         }
-        for name, value in vars(record).items():
-            if name not in _STANDARD and not name.startswith("_") and name not in line:
-                line[name] = value
+        # The `extra` fields in the order they were set (the comprehension passes over the
+        # standard attributes at C speed; most of a record's attributes are those).
+        for name in [name for name in fields if name not in _STANDARD]:
+            if not name.startswith("_") and name not in line:
+                line[name] = fields[name]
         if record.exc_text:
             line["exc"] = record.exc_text
         elif record.exc_info and record.exc_info[0] is not None:

@@ -13,9 +13,8 @@ from mercato.dispatch.observed import AsyncObservedProviderClient, ObservedProvi
 from mercato.dispatch.port import PerLoopProvider
 from mercato.web import observe, openapi, pages, problems
 from mercato.web.api import invocations, routers
-from mercato.web.direct import DirectRoute, route_of
-from mercato.web.edge import EdgeChecks
-from mercato.web.limits import BodyLimit
+from mercato.web.direct import route_of
+from mercato.web.front import Front
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -51,11 +50,13 @@ def create_app(runtime: Runtime) -> FastAPI:
     for router in routers():
         app.include_router(router)
     pages.install(app)
-    # Innermost: the invoke route's requests go straight to it (web/direct.py, decision 0381).
-    app.add_middleware(DirectRoute, route=route_of(app.routes, invocations.invoke))
-    app.add_middleware(EdgeChecks)  # one Authorization header, no U+0000 (web/edge.py)
-    app.add_middleware(BodyLimit)  # request body caps (web/limits.py), outside EdgeChecks
-    observe.install(app)  # request ids, log context, /metrics
+    # One layer (web/front.py, decision 0382): request ids, log line and counters
+    # (web/observe.py), body caps (web/limits.py), one Authorization header and no U+0000
+    # (web/edge.py), then the invoke route served directly (web/direct.py, decision 0381).
+    app.add_middleware(
+        Front, route=route_of(app.routes, invocations.invoke), ids=app.state.runtime.ids
+    )
+    observe.install(app)  # /metrics
     openapi.install(app)  # /v1/openapi.json and /v1/docs, generated from the routes
     # Outermost: the client address everything else sees is the peer's, or the forwarded one
     # only when the peer is a configured trusted proxy (decision 0221).

@@ -1,8 +1,8 @@
 """The invoke route served directly, past FastAPI's router and dependency machinery.
 
-`DirectRoute` is the innermost middleware (inside the edge checks, the body caps and the request
-context, so those apply as to every request). A request the route answers in full (its method,
-and a path its own regex matches) goes straight to the route's endpoint, with the path
+The edge layer (web/front.py) serves it after the request context, the body caps and the edge
+checks, which apply as to every request. A request the route answers in full (its method, and
+a path its own regex matches) goes straight to the route's endpoint, with the path
 parameters the route's own convertors give and the route set on the scope as the router would
 set it (the metrics and the log name the route from it); the route's errors become problem
 documents by the same functions the app's handlers call (`web.problems`). Anything else, an
@@ -13,7 +13,7 @@ The route stays registered with FastAPI as before, so the OpenAPI document is th
 declaration generates. It qualifies only when its endpoint is a coroutine taking its path
 parameters and `request` and returning a `Response` (no dependencies, no body field, no
 response model applied): what FastAPI itself would then do is call it and send that Response.
-See docs/decisions/0381-invoke-served-directly.md.
+See docs/decisions/0381-invoke-served-directly.md and 0382-one-edge-layer.md.
 """
 
 from __future__ import annotations
@@ -23,13 +23,7 @@ from typing import Any
 
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from starlette._utils import get_route_path
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from mercato.accounts.errors import KeyDisproved
-from mercato.core.errors import MercatoError
-from mercato.web import problems
+from starlette.types import Scope
 
 
 def route_of(routes: Any, endpoint: object) -> RouteContext:
@@ -57,27 +51,28 @@ def qualifies(route: APIRoute) -> bool:
 
 
 class DirectRoute:
-    """ASGI middleware serving one qualifying route's requests itself (see the module)."""
+    """One qualifying route, which the edge layer (web/front.py) serves itself (see the
+    module)."""
 
-    def __init__(self, app: ASGIApp, route: RouteContext) -> None:
+    def __init__(self, route: RouteContext) -> None:
         original = route.original_route
         if not isinstance(original, APIRoute) or not qualifies(original):
             raise ValueError(f"{route.path} cannot be served directly")
-        self.app = app
         self.route = original  # what the router sets as the scope's route
         self.path_regex = route.path_regex  # the path as included (prefixes and all)
         self.convertors = route.param_convertors
         self.methods = frozenset(route.methods or ())
         self.endpoint: Any = original.endpoint
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in self.methods:
-            await self.app(scope, receive, send)
-            return
+    def enter(self, scope: Scope) -> dict[str, Any] | None:
+        """The path parameters of an HTTP request this route answers in full (its method, and
+        a path its own regex matches), with the route set on the scope as the router would set
+        it; None for any other request."""
+        if scope["method"] not in self.methods:
+            return None
         found = self.path_regex.match(get_route_path(scope))
         if found is None:
-            await self.app(scope, receive, send)
-            return
+            return None
         convertors = self.convertors
         params = {
             name: convertors[name].convert(value) for name, value in found.groupdict().items()
@@ -85,13 +80,4 @@ class DirectRoute:
         scope["route"] = self.route
         scope["endpoint"] = self.endpoint
         scope["path_params"] = params
-        request = Request(scope, receive, send)
-        try:
-            response = await self.endpoint(request=request, **params)
-        except MercatoError as error:
-            response = problems.from_error(error)
-        except KeyDisproved as disproved:  # a key served from memory, refused (decision 0400)
-            response = problems.from_error(disproved.error)
-        except HTTPException as error:  # the body cap, raised from `receive` (web/limits.py)
-            response = problems.from_http_exception(error)
-        await response(scope, receive, send)
+        return params

@@ -11,10 +11,10 @@ docs/decisions/0180-request-body-caps.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable
 
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope
 
 from mercato.catalog.contracts import MAX_BODY_LIMIT
 from mercato.web.problems import problem_response
@@ -35,41 +35,34 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"The request body is larger than {cap} bytes.")
 
 
-class BodyLimit:
-    """ASGI middleware enforcing `body_cap` on every HTTP request."""
+def limited(scope: Scope, receive: Receive) -> tuple[Response | None, Receive]:
+    """The refusal of a request whose declared `Content-Length` breaks `body_cap` (or is not a
+    number), else None and a `receive` that raises `BodyTooLarge` once the body streams past
+    the cap. Called by the edge layer (web/front.py) for every HTTP request."""
+    cap = body_cap(scope.get("path", ""))
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            declared = value.decode("latin-1").strip()
+            if not declared.isdigit() or int(declared) > cap:
+                message = f"The request body is larger than {cap} bytes."
+                if not declared.isdigit():
+                    message = "Content-Length is not a number."
+                status = 413 if declared.isdigit() else 400
+                code = "REQUEST_TOO_LARGE" if status == 413 else "BAD_REQUEST"
+                title = "Request body too large" if status == 413 else "Bad request"
+                response = problem_response(
+                    status, code, title, message, headers={"Connection": "close"}
+                )
+                return response, receive
+    received = 0
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    async def capped_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > cap:
+                raise BodyTooLarge(cap)
+        return message
 
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        # Not a coroutine itself: it hands back the app's (or the refusal's), so that its frame
-        # is not resumed on every await of the request (issue 20: CPU per invoke).
-        if scope["type"] != "http":
-            return self.app(scope, receive, send)
-        cap = body_cap(scope.get("path", ""))
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                declared = value.decode("latin-1").strip()
-                if not declared.isdigit() or int(declared) > cap:
-                    message = f"The request body is larger than {cap} bytes."
-                    if not declared.isdigit():
-                        message = "Content-Length is not a number."
-                    status = 413 if declared.isdigit() else 400
-                    code = "REQUEST_TOO_LARGE" if status == 413 else "BAD_REQUEST"
-                    title = "Request body too large" if status == 413 else "Bad request"
-                    response = problem_response(
-                        status, code, title, message, headers={"Connection": "close"}
-                    )
-                    return response(scope, receive, send)
-        received = 0
-
-        async def capped_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > cap:
-                    raise BodyTooLarge(cap)
-            return message
-
-        return self.app(scope, capped_receive, send)
+    return None, capped_receive

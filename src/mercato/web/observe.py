@@ -1,12 +1,13 @@
 """Request context at the edge: a request id per HTTP request, one log line, counters.
 
-`RequestContext` is a plain ASGI middleware that never reads a response body: the labels come
-from the result objects, noted on the request's state (`scope["state"]`) by whoever holds them —
-every problem response notes its `code` as it is sent (web/problems.py), the invoke route the
-call's outcome and settlement from its InvocationView (`note_invoke_outcome`). The request id
-is the incoming `X-Request-Id` when it is a sane token, else a new one; it is echoed in the
-response header and set in `mercato.core.logs.request_id_var`, so every log line written while
-serving the request — the provider call's included, across the threadpool — has it.
+`RequestLog` is called by the edge layer (web/front.py) and never reads a response body: the
+labels come from the result objects, noted on the request's state (`scope["state"]`) by
+whoever holds them — every problem response notes its `code` as it is sent
+(web/problems.py), the invoke route the call's outcome and settlement from its InvocationView
+(`note_invoke_outcome`). The request id is the incoming `X-Request-Id` when it is a sane
+token, else a new one; it is echoed in the response header and set in
+`mercato.core.logs.request_id_var`, so every log line written while serving the request — the
+provider call's included, across the threadpool — has it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from mercato.core.ids import SYSTEM_IDS, Ids
-from mercato.core.logs import request_id_var, sane_request_id
+from mercato.core.logs import log_fields, sane_request_id
 from mercato.core.metrics import HTTP_REQUESTS, INVOKE_LATENCY, INVOKES, QUOTA_REJECTIONS
 from mercato.invocations.schemas import InvocationView
 from mercato.web.problems import PROBLEM_CODE
@@ -58,43 +58,23 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-class RequestContext:
-    """Request id, request log line, HTTP and invoke counters; see the module docstring."""
+class RequestLog:
+    """Request ids, the request log line, the HTTP and invoke counters (see the module
+    docstring); the edge layer (web/front.py) calls it for every HTTP request."""
 
-    def __init__(self, app: ASGIApp, ids: Ids = SYSTEM_IDS) -> None:
-        self.app = app
+    def __init__(self, ids: Ids = SYSTEM_IDS) -> None:
         self.ids = ids
         # The labelled series each request counts in, looked up once per label values (they
         # are bounded: methods, route templates, statuses and outcomes are finite sets).
         self._requests: dict[tuple[str, str, int], Any] = {}
         self._invokes: dict[tuple[str, str], tuple[Any, Any]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = sane_request_id(_header(scope, b"x-request-id")) or self.ids.new("req")
-        token = request_id_var.set(request_id)
-        started = time.perf_counter()
-        answer: dict[str, Any] = {"status": 500}
+    def request_id(self, scope: Scope) -> str:
+        """The incoming `X-Request-Id` when it is a sane token, else a new id."""
+        return sane_request_id(_header(scope, b"x-request-id")) or self.ids.new("req")
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                answer["status"] = message["status"]
-                headers = MutableHeaders(scope=message)
-                headers[REQUEST_ID_HEADER] = request_id
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception:
-            # Rendered as a 500 problem by the outermost middleware; keep the id for its log.
-            self._record(scope, 500, started)
-            raise
-        self._record(scope, answer["status"], started)
-        request_id_var.reset(token)
-
-    def _record(self, scope: Scope, status: int, started: float) -> None:
+    def record(self, scope: Scope, status: int, started: float) -> None:
+        """Count the answered request and write its log line (`started`: perf_counter)."""
         elapsed = time.perf_counter() - started
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope.get("method", "")
@@ -136,7 +116,7 @@ class RequestContext:
             if code == _QUOTA_CODE:
                 QUOTA_REJECTIONS.inc()
             fields["outcome"] = outcome
-        log.info("request", extra=fields)
+        log_fields(log, logging.INFO, "request", fields)
 
 
 def client_address(scope: Scope) -> str | None:
@@ -146,8 +126,7 @@ def client_address(scope: Scope) -> str | None:
 
 
 def install(app: FastAPI) -> None:
-    """Add the request context middleware and `/metrics`."""
+    """Add `/metrics` (the request context is part of the edge layer, web/front.py)."""
     from mercato.web import metrics
 
-    app.add_middleware(RequestContext, ids=app.state.runtime.ids)
     app.include_router(metrics.router)

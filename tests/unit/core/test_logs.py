@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -16,13 +17,20 @@ from hypothesis import strategies as st
 
 from mercato.core.logs import (
     _FOLD,
+    _STANDARD,
     REDACTED,
+    RedactingFilter,
+    _folded,
+    _scrub_value,
     about_invocation,
     json_handler,
+    log_fields,
     register_secret,
     request_id_var,
     sane_request_id,
     scrub,
+    suspect,
+    timestamp,
 )
 
 
@@ -198,3 +206,106 @@ def test_the_fold_covers_every_character_ignorecase_takes_for_a_letter() -> None
     for letter in "abcdefghijklmnopqrstuvwxyz":
         for found in set(re.findall(f"(?i){letter}", everything)):
             assert found.translate(_FOLD) == letter, (letter, hex(ord(found)))
+
+
+def test_ascii_text_folds_by_lower_as_by_the_table() -> None:
+    everything = "".join(chr(code) for code in range(128))
+    assert everything.lower() == everything.translate(_FOLD)
+
+
+@given(st.text())
+def test_the_fold_is_the_table_s_for_any_text(text: str) -> None:
+    assert _folded(text) == text.translate(_FOLD)
+
+
+_SECRET = "registered-secret-for-the-property-tests"
+register_secret(_SECRET)
+_PIECES = [*_KEYWORDS, "mercato_live_abc", _SECRET, "Bearer", "Authorization:", "\u0130", "\n"]
+_texts = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=12)), max_size=8).map(
+    "".join
+)
+
+
+@given(st.lists(_texts, min_size=1, max_size=6))
+def test_what_is_not_suspect_scrub_leaves_alone_and_so_every_part_of_it(parts: list[str]) -> None:
+    whole = "\n".join(parts)
+    if not suspect(whole):
+        assert scrub(whole) == whole
+        assert all(scrub(part) == part for part in parts)
+    for part in parts:
+        assert suspect(part) or scrub(part) == part
+
+
+def _redacted_one_by_one(record: logging.LogRecord) -> dict[str, Any]:
+    """The filter's result as it was before the joined check: every field scrubbed alone."""
+    fields = {"msg": scrub(record.getMessage())}
+    for name, value in vars(record).items():
+        if name not in _STANDARD and not name.startswith("_"):
+            fields[name] = _scrub_value(name, value)
+    return fields
+
+
+_values = st.one_of(
+    _texts,
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.lists(_texts, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "token", "note"]), _texts, max_size=3),
+)
+_names = st.sampled_from(["note", "path", "route", "client", "status", "password", "api_key", "x"])
+
+
+@given(_texts, st.dictionaries(_names, _values, max_size=6))
+def test_the_filter_redacts_as_when_every_field_was_scrubbed_alone(
+    message: str, extra: dict[str, Any]
+) -> None:
+    def record() -> logging.LogRecord:
+        made = logging.LogRecord("t", logging.INFO, "f", 1, "%s", (message,), None)
+        for name, value in extra.items():
+            setattr(made, name, value)
+        return made
+
+    expected = _redacted_one_by_one(record())
+    filtered = record()
+    assert RedactingFilter().filter(filtered)
+    got = {"msg": filtered.msg}
+    got.update({name: getattr(filtered, name) for name in extra})
+    assert got == expected
+    assert _SECRET not in repr(got)
+
+
+def test_log_fields_writes_the_line_logger_info_writes(
+    capture: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = capture
+    fields = {"status": 200, "route": "/v1/x", "note": "Bearer abc.def", "password": "p"}
+    logger.info("request", extra=dict(fields))
+    log_fields(logger, logging.INFO, "request", dict(fields))
+    logger.setLevel(logging.WARNING)
+    log_fields(logger, logging.INFO, "request", dict(fields))  # below the level: no line
+    plain, direct = _lines(stream)
+    assert plain.pop("ts") and direct.pop("ts")
+    assert plain == direct
+    assert (direct["note"], direct["password"]) == (f"Bearer {REDACTED}", REDACTED)
+
+
+def _iso_ms(created: float) -> str:
+    return dt.datetime.fromtimestamp(created, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=-1e9, max_value=2.5e11),
+        # near the roundings: half a microsecond either side of a millisecond or second edge
+        st.builds(
+            lambda second, edge: second + edge,
+            st.integers(min_value=0, max_value=4_000_000_000),
+            st.sampled_from([0.0, 5e-7, 0.9999995, 0.9999996, 0.0004995, 0.0005, 0.001]),
+        ),
+    )
+)
+def test_the_timestamp_is_datetime_s_to_the_millisecond(created: float) -> None:
+    assert timestamp(created) == _iso_ms(created)
+    assert timestamp(created) == _iso_ms(created)  # once more from the second's cache

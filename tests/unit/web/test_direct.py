@@ -1,5 +1,6 @@
-"""`DirectRoute` (decision 0381): a qualifying route served past FastAPI's router, and
-everything else left to the app as before."""
+"""`DirectRoute` (decision 0381), served by the edge layer `Front` (decision 0382): a qualifying
+route served past FastAPI's router after the edge's own checks, and everything else left to the
+app as before."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from mercato.core.errors import Unauthenticated
 from mercato.web import problems
 from mercato.web.direct import DirectRoute, qualifies, route_of
+from mercato.web.front import Front
 from mercato.web.limits import BodyTooLarge
 
 router = APIRouter(prefix="/v1")
@@ -51,15 +53,17 @@ def _app() -> FastAPI:
     app = FastAPI()
     problems.install(app)
     app.include_router(router)
-    app.add_middleware(DirectRoute, route=route_of(app.routes, poke))
+    app.add_middleware(Front, route=route_of(app.routes, poke))
     return app
 
 
-def _post(path: str, body: bytes, method: str = "POST") -> httpx.Response:
+def _post(
+    path: str, body: bytes, method: str = "POST", headers: list[tuple[str, str]] | None = None
+) -> httpx.Response:
     async def call() -> httpx.Response:
         transport = httpx.ASGITransport(app=_app(), raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return await client.request(method, path, content=body)
+            return await client.request(method, path, content=body, headers=headers)
 
     return asyncio.run(call())
 
@@ -78,6 +82,21 @@ def test_its_errors_are_the_app_s_problem_documents() -> None:
     assert refused.json()["code"] == "UNAUTHENTICATED"
     capped = _post("/v1/things/x:poke", b"too-large")
     assert (capped.status_code, capped.json()["code"]) == (413, "REQUEST_TOO_LARGE")
+
+
+def test_the_edge_answers_before_the_route_and_every_answer_carries_the_request_id() -> None:
+    served = _post("/v1/things/x:poke", b"hi", headers=[("X-Request-Id", "req-direct-1")])
+    assert (served.status_code, served.headers["X-Request-Id"]) == (200, "req-direct-1")
+    seen.clear()
+    twice = [("Authorization", "Bearer a"), ("Authorization", "Bearer b")]
+    ambiguous = _post("/v1/things/x:poke", b"hi", headers=twice)
+    assert (ambiguous.status_code, ambiguous.json()["code"]) == (400, "AMBIGUOUS_CREDENTIALS")
+    assert ambiguous.headers["X-Request-Id"].startswith("req_")
+    nul = _post("/v1/things/x:poke", b'{"a": "\\u0000"}')
+    assert (nul.status_code, nul.json()["code"]) == (400, "INVALID_TEXT")
+    declared = _post("/v1/things/x:poke", b"hi", headers=[("Content-Length", "9999999")])
+    assert (declared.status_code, declared.json()["code"]) == (413, "REQUEST_TOO_LARGE")
+    assert seen == {}  # the route never ran
 
 
 def test_an_unexpected_error_still_reaches_the_500_handler() -> None:
@@ -99,7 +118,7 @@ def test_a_route_with_dependencies_or_parameters_it_would_not_get_does_not_quali
     dependent = route_of(app.routes, with_dependency)
     assert not qualifies(dependent.original_route)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        DirectRoute(app, route=dependent)
+        DirectRoute(dependent)
     assert qualifies(route_of(app.routes, poke).original_route)  # type: ignore[arg-type]
 
 
