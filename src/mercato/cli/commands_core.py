@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from mercato.cli.framework import WholeNumber, command
 from mercato.cli.output import progress, shows_progress
+from mercato.db import models
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
 from mercato.settings import Settings, load_settings
@@ -32,7 +33,11 @@ def runtime_from_env(
     client: Callable[[Settings], ProviderClient] = ProviderClient,
 ) -> Runtime:
     """The command's Runtime, built once from the `MERCATO_*` settings (a provider client is
-    made but opens no connection until a command calls a provider)."""
+    made but opens no connection until a command calls a provider).
+
+    Every domain's models are loaded first: a command imports only its own module (decision
+    0391), and a flush resolves foreign keys to tables its module may not import."""
+    models.load_all()
     return Runtime.from_settings(load_settings()).ensure_provider(client)
 
 

@@ -39,10 +39,10 @@ from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionImmutable
 from mercato.catalog.examples import example_contract
 from mercato.cli.commands_catalog import connection_facts
+from mercato.cli.commands_core import runtime_from_env
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
 from mercato.db.migrate import upgrade
 from mercato.db.runtime import Runtime
-from mercato.dispatch.client import ProviderClient
 from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.providers.models import ProviderConnection
@@ -537,7 +537,7 @@ def _bring_up(
         if not _port_free(options.port):
             raise UpFailed(f"port {options.port} on {HOST} is in use; choose another with --port")
         taken.add(options.port)
-    runtime = Runtime.from_settings(load_settings()).ensure_provider(ProviderClient)
+    runtime = runtime_from_env()
     logging.getLogger("alembic").setLevel(logging.WARNING)
     upgrade(runtime.db.engine)
     say(f"database is up to date; data under {data_dir}")

@@ -6,29 +6,16 @@ Built on click (decision 0300): `mercato --version`, shell completion
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 
-from mercato.cli import (
-    commands_accounts,
-    commands_cases,
-    commands_catalog,
-    commands_client,
-    commands_core,
-    commands_demo,
-    commands_invocations,
-    commands_ledger,
-    commands_provider,
-    commands_providers,
-    commands_resolution,
-    commands_worker,
-)
 from mercato.cli.framework import MercatoGroup, usage_line
 from mercato.cli.output import (
     EXIT_OK,
@@ -42,21 +29,76 @@ from mercato.cli.output import (
 from mercato.core.errors import MercatoError
 from mercato.settings import SettingsError, beside_demo
 
-# Each module adds its commands: register(top_group, admin_group).
-_MODULES: list[Any] = [
-    commands_core,
-    commands_accounts,
-    commands_ledger,
-    commands_providers,
-    commands_catalog,
-    commands_invocations,
-    commands_worker,
-    commands_cases,
-    commands_demo,
-    commands_client,
-    commands_resolution,
-    commands_provider,
-]
+# Which module adds each command (its `register(top_group, admin_group)` adds all of its own).
+# A module is imported only when one of its commands is looked up: `mercato admin
+# verify-ledger` does not import the web client, the conformance runner or Argon2, and a
+# listing (`--help`, an invalid choice, completion) imports them all (decision 0391).
+# tests/unit/cli/test_cli_surface.py checks these tables against what the modules register.
+TOP_COMMANDS: dict[str, str] = {
+    "migrate": "commands_core",
+    "serve": "commands_core",
+    "openapi": "commands_core",
+    "worker": "commands_worker",
+    "up": "commands_demo",
+    "daily-ranking": "commands_demo",
+    "sample-upstream": "commands_demo",
+    "call": "commands_client",
+    "catalog": "commands_client",
+    "provider": "commands_provider",
+}
+ADMIN_COMMANDS: dict[str, str] = {
+    "create-account": "commands_accounts",
+    "create-api-key": "commands_accounts",
+    "revoke-api-key": "commands_accounts",
+    "unlock": "commands_accounts",
+    "grant-points": "commands_ledger",
+    "verify-ledger": "commands_ledger",
+    "add-connection": "commands_providers",
+    "update-connection": "commands_providers",
+    "check-connection": "commands_providers",
+    "approve-connection": "commands_providers",
+    "publish": "commands_catalog",
+    "hold": "commands_catalog",
+    "release-hold": "commands_catalog",
+    "set-quota": "commands_invocations",
+    "decide-dispute": "commands_cases",
+    "decide-report": "commands_cases",
+    "stuck-invocations": "commands_resolution",
+    "resolve-invocation": "commands_resolution",
+}
+COMMAND_MODULES = sorted({*TOP_COMMANDS.values(), *ADMIN_COMMANDS.values()})
+
+
+class _Modules:
+    """Imports a command module once and lets it register its commands on both groups."""
+
+    def __init__(self) -> None:
+        self.groups: tuple[click.Group, click.Group] | None = None
+        self.loaded: set[str] = set()
+
+    def load(self, name: str) -> None:
+        if name in self.loaded or self.groups is None:
+            return
+        self.loaded.add(name)
+        importlib.import_module(f"mercato.cli.{name}").register(*self.groups)
+
+
+class LazyGroup(MercatoGroup):
+    """A MercatoGroup whose commands are imported when looked up (listing looks them all up)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], modules: _Modules, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._lazy = dict(lazy)
+        self._modules = modules
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self._lazy:
+            self._modules.load(self._lazy[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
 
 PROG = "mercato"
 EXIT_INTERRUPTED = 130
@@ -65,9 +107,13 @@ EXIT_INTERRUPTED = 130
 def build_cli() -> click.Group:
     """The `mercato` command tree: every command of DESIGN.md §10 and the demo's."""
 
+    modules = _Modules()
+
     @click.group(
         PROG,
-        cls=MercatoGroup,
+        cls=LazyGroup,
+        lazy=TOP_COMMANDS,
+        modules=modules,
         help="Mercato marketplace",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
@@ -75,14 +121,15 @@ def build_cli() -> click.Group:
     def top() -> None:
         """Mercato marketplace."""
 
-    @top.group("admin", cls=MercatoGroup, help="operator commands")
+    @top.group(
+        "admin", cls=LazyGroup, lazy=ADMIN_COMMANDS, modules=modules, help="operator commands"
+    )
     @click.pass_context
     def admin(ctx: click.Context) -> None:
         # `mercato admin ...` beside the demo reads the demo's recorded settings (decision 0271).
         ctx.with_resource(beside_demo())
 
-    for module in _MODULES:
-        module.register(top, admin)
+    modules.groups = (top, admin)
     return top
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from builders.accounts import make_account
 from builders.catalog import SERVICE_CODE, example_contract, make_connection, make_provider
+from builders.platform_process import probe
 from mercato.catalog import service as catalog
 from mercato.catalog.contracts import build_contract
 from mercato.db.runtime import Runtime
@@ -143,7 +144,7 @@ def server(env: dict[str, str]) -> Iterator[str]:
         while True:
             assert process.poll() is None, "the server exited"
             try:
-                if httpx.get(f"{base}/health/ready", timeout=1).status_code == 200:
+                if probe().get(f"{base}/health/ready").status_code == 200:
                     break
             except httpx.TransportError:
                 pass

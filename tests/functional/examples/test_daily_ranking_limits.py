@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from builders.accounts import bearer, make_account, make_api_key
 from builders.catalog import SERVICE_CODE, approve_connection, publish
 from builders.daily_ranking import env_for, free_port, running_sample, settings_for, wait_for
+from builders.platform_process import probe
 from mercato.catalog.examples import example_contract
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -40,7 +41,7 @@ POINTS = 100
 
 def _ready(base: str) -> bool | None:
     try:
-        return httpx.get(f"{base}/health/ready", timeout=2).status_code == 200 or None
+        return probe().get(f"{base}/health/ready", timeout=2).status_code == 200 or None
     except httpx.HTTPError:
         return None
 

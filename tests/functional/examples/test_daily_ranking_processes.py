@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from builders.daily_ranking import control, env_for, free_port, wait_for
+from builders.platform_process import probe
 
 pytestmark = pytest.mark.functional
 
@@ -53,7 +54,7 @@ def sample_base() -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _answer_or_none(lambda: httpx.get(f"{base}/_control")), what="sample")
+        wait_for(lambda: _answer_or_none(lambda: probe().get(f"{base}/_control")), what="sample")
         yield base
     finally:
         _stop(process)

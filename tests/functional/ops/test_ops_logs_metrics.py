@@ -22,7 +22,7 @@ from builders.ops import (
     build_ops_world,
     start_echo_provider,
 )
-from builders.platform_process import Serve, free_port, platform_env, wait_for
+from builders.platform_process import Serve, free_port, platform_env, probe, wait_for
 from mercato.settings import Settings
 
 # Log lines and metrics across processes do not depend on the store (decision 0390).
@@ -237,7 +237,7 @@ def test_serve_with_workers_aggregates_metrics_across_processes(
 
 def _live(base: str) -> bool:
     try:
-        return httpx.get(base + "/health/live", timeout=1).status_code == 200
+        return probe().get(base + "/health/live").status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -26,7 +26,7 @@ from builders.browser import (
     Platform,
 )
 from builders.daily_ranking import env_for, free_port, wait_for
-from builders.platform_process import Serve, platform_env
+from builders.platform_process import Serve, platform_env, probe
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -42,7 +42,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def _ok(url: str) -> bool | None:
     try:
-        return httpx.get(url, timeout=2).status_code == 200 or None
+        return probe().get(url, timeout=2).status_code == 200 or None
     except httpx.HTTPError:
         return None
 

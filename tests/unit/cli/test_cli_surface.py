@@ -4,12 +4,16 @@ only for a person. Every case here fails before any database is opened."""
 
 from __future__ import annotations
 
+import importlib
 import io
+import subprocess
+import sys
 from importlib.metadata import version
 
+import click
 import pytest
 
-from mercato.cli.main import main
+from mercato.cli.main import ADMIN_COMMANDS, COMMAND_MODULES, TOP_COMMANDS, main
 from mercato.cli.output import progress, shows_progress, table
 
 
@@ -150,3 +154,34 @@ def test_progress_is_drawn_only_on_a_terminal_and_never_with_json(
     assert shows_progress() and not shows_progress(as_json=True)
     assert list(progress(["a", "b"], lambda x: f"refreshing {x}", shown=True)) == ["a", "b"]
     assert "refreshing" in terminal.getvalue()
+
+
+def test_the_lazy_command_tables_name_what_each_module_registers() -> None:
+    """`main.TOP_COMMANDS`/`ADMIN_COMMANDS` say which module to import for a command (decision
+    0391); registering every module by hand must give exactly those commands, module by module."""
+    for module_name in COMMAND_MODULES:
+        top, admin = click.Group("mercato"), click.Group("admin")
+        importlib.import_module(f"mercato.cli.{module_name}").register(top, admin)
+        assert {n for n, m in TOP_COMMANDS.items() if m == module_name} == set(top.commands)
+        assert {n for n, m in ADMIN_COMMANDS.items() if m == module_name} == set(admin.commands)
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """`mercato admin verify-ledger` in a fresh interpreter: the other command modules, the
+    web app and the conformance runner stay unimported (decision 0391)."""
+    probe = (
+        "import sys\n"
+        "from mercato.cli.main import main\n"
+        "main(['admin', 'verify-ledger', '--help'])\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('mercato'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    imported = set(done.stdout.split())
+    assert "mercato.cli.commands_ledger" in imported
+    assert not imported & {f"mercato.cli.{m}" for m in COMMAND_MODULES} - {
+        "mercato.cli.commands_ledger",
+        "mercato.cli.commands_core",  # the runtime every admin command builds
+    }
+    assert not {m for m in imported if m.startswith(("mercato.web", "mercato.conformance"))}
