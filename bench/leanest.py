@@ -55,9 +55,10 @@ import contextlib
 import datetime as dt
 import hashlib
 import os
-import re
 import sqlite3
+import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -274,6 +275,7 @@ class Leanest:
             "p_inv_created_at": now,
             "p_inv_updated_at": now,
             "p_now": now,
+            "p_hint_generation": None,  # nothing served from the product's memory (0400)
             "p_quota_window_start": epoch - epoch % window,
             "p_reserve_account1": "lac_" + tail + "r",
             "p_reserve_transfer": "trf_" + tail + "r",
@@ -585,32 +587,27 @@ _FIND = (
 )
 
 
-_INTENT_END = " RETURNING invocations.id), \nattempt AS"
-_INTENT_REFUSED = re.compile(
-    r"WHEN \(NOT \(EXISTS \(SELECT \* \nFROM intent\)\)\) THEN CAST\(concat\("
-    r"'mercato-refusal\|\|', CAST\(\(SELECT count\(\*\) AS count_\d+ \nFROM intent\) AS TEXT\)\)"
-    r" AS INTEGER\)"
-)
+_INTENT_STOPPED = "WHEN (NOT (EXISTS (SELECT * \nFROM intent))) THEN 0"
 _SELECT = "SELECT mercato.mercato_ok, quota.accepted AS quota__accepted \nFROM ("
 _JOINED = "AS mercato LEFT OUTER JOIN quota ON true"
 
 
-def replaying(sql: str) -> str:
-    """The product's accept statement, made to answer a replay in the same round trip: the
-    intent skips a taken key (`ON CONFLICT DO NOTHING`, so every later step, gated on it,
-    writes nothing either), the verdict is then 2 instead of an error, and the row that holds
-    the key comes back with it (NULL when its writer committed after this statement's
-    snapshot: then one read finds it). Nothing else of the statement changes."""
-    for anchor in (_INTENT_END, _SELECT, _JOINED):
+def replaying(sql: str, names: tuple[str, ...]) -> str:
+    """The product's accept statement, made to answer a replay in the same round trip. Its
+    intent already skips a taken key (`ON CONFLICT DO NOTHING`, decision 0400, so every later
+    step, gated on it, writes nothing either) and the program then stops (verdict 0); here
+    that verdict is 2, and the row that holds the key comes back with it (NULL when its writer
+    committed after this statement's snapshot: then one read finds it). Nothing else of the
+    statement changes."""
+    for anchor in (_INTENT_STOPPED, _SELECT, _JOINED):
         if sql.count(anchor) != 1:
             raise RuntimeError(f"the accept statement changed shape: {anchor!r}")
-    sql = sql.replace(
-        _INTENT_END,
-        " ON CONFLICT (account_id, idempotency_key) DO NOTHING" + _INTENT_END,
-    )
-    sql, found = _INTENT_REFUSED.subn("WHEN (NOT (EXISTS (SELECT * FROM intent))) THEN 2", sql)
-    if found != 1:
-        raise RuntimeError("the accept statement changed shape: its intent refusal")
+    if "FROM hinted) ON CONFLICT DO NOTHING RETURNING invocations.id)" not in sql:
+        raise RuntimeError("the accept statement changed shape: its intent's ON CONFLICT")
+    # the placeholders the intent's account and key are bound to
+    account = f"${names.index('p_inv_account_id') + 1}"
+    key = f"${names.index('p_inv_idempotency_key') + 1}"
+    sql = sql.replace(_INTENT_STOPPED, _INTENT_STOPPED[:-1] + "2")
     sql = sql.replace(
         _SELECT,
         "SELECT mercato.mercato_ok, quota.accepted AS quota__accepted, prior.id, "
@@ -619,7 +616,7 @@ def replaying(sql: str) -> str:
     return sql.replace(
         _JOINED,
         _JOINED + " LEFT OUTER JOIN invocations AS prior ON mercato.mercato_ok = 2 "
-        "AND prior.account_id = $2::VARCHAR AND prior.idempotency_key = $3::VARCHAR",
+        f"AND prior.account_id = {account}::VARCHAR AND prior.idempotency_key = {key}::VARCHAR",
     )
 
 
@@ -653,7 +650,7 @@ class PostgresStore(Store):
             name: Statement(guarded.compiled(program, "postgresql").sql(dialect)[0], convert=True)
             for name, program in (("accept", accept), ("settle", settle), ("release", release))
         }
-        statements["accept"].sql = replaying(statements["accept"].sql)
+        statements["accept"].sql = replaying(statements["accept"].sql, statements["accept"].names)
         store = cls(statements)
         store.dsn, store.size, store.asyncpg = dsn, size, asyncpg
         store.parse_refusal = guarded.parse_refusal
@@ -859,6 +856,9 @@ class SqliteStore(Store):
                     values.update(zip(columns, row, strict=True))
                     continue
                 if step.empty is Empty.STOP:
+                    if name == "accept":  # its intent skipped a taken key (0400): a replay
+                        conn.execute("ROLLBACK")
+                        return "duplicate"
                     break
                 if step.empty is Empty.REFUSE:
                     needed = (
@@ -1022,6 +1022,8 @@ def serve_raw(port: int, workers: int) -> None:
             try:
                 uvloop.run(_raw_worker(sock))
             except BaseException:
+                traceback.print_exc()  # the worker's start-up error, in the process's log
+                sys.stderr.flush()
                 code = 1
             os._exit(code)
         children.append(pid)
@@ -1033,8 +1035,12 @@ def serve_raw(port: int, workers: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    failed = 0
     for pid in children:
-        os.waitpid(pid, 0)
+        _pid, status = os.waitpid(pid, 0)
+        failed += os.waitstatus_to_exitcode(status) not in (0, -signal.SIGTERM)
+    if failed:
+        sys.exit(f"{failed} of {len(children)} workers failed")
 
 
 def main() -> None:
