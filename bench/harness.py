@@ -484,31 +484,33 @@ def run_scenarios(
     out["closed_loop_floor_ms"] = (
         round(1000 * concurrency / base["_rate"], 3) if base["_rate"] else None
     )
-    if target.floor:
-        # The measured floor: the same engine on a bare Starlette route (bench/floor.py).
-        step(f"{tag}: the engine on a bare route (the floor), {concurrency} client(s)")
-        floor = measured(
+    # The two floors of the same run, loaded like the invoke: the same engine on a bare
+    # Starlette route (bench/floor.py, 0362), and the same durable work written by hand
+    # (bench/leanest.py, 0363).
+    floors = (
+        (
+            "engine_floor",
+            "f",
+            "the engine on a bare route (the floor)",
+            target.floor,
             target.floor_pid,
-            lambda: invoke_load(
-                target, tag + "f", concurrency=concurrency, duration=duration, url=target.floor
+        ),
+        ("leanest", "l", "the leanest path (by hand)", target.leanest, target.leanest_pid),
+    )
+    for name, suffix, label, url, pid in floors:
+        if not url:
+            continue
+        step(f"{tag}: {label}, {concurrency} client(s)")
+        got = measured(
+            pid,
+            lambda url=url, suffix=suffix: invoke_load(
+                target, tag + suffix, concurrency=concurrency, duration=duration, url=url
             ),
         )
-        out["engine_floor"] = floor
-        out["engine_floor_ratio"] = (
-            round(floor["_rate"] / base["_rate"], 4) if base["_rate"] else None
-        )
+        out[name] = got
+        out[f"{name}_ratio"] = round(got["_rate"] / base["_rate"], 4) if base["_rate"] else None
     if target.leanest:
-        # The leanest-path floor: the same durable work written by hand (bench/leanest.py).
-        step(f"{tag}: the leanest path (by hand), {concurrency} client(s)")
-        leanest = measured(
-            target.leanest_pid,
-            lambda: invoke_load(
-                target, tag + "l", concurrency=concurrency, duration=duration, url=target.leanest
-            ),
-        )
-        out["leanest"] = leanest
-        out["leanest_ratio"] = round(leanest["_rate"] / base["_rate"], 4) if base["_rate"] else None
-        out["leanest_cpu_ms"] = leanest["cpu_ms_per_request"]
+        out["leanest_cpu_ms"] = out["leanest"]["cpu_ms_per_request"]
     if target.sdk_provider:
         sdk_base = direct(concurrency, duration, "s", sdk=True)
         sdk_invoke = invokes(concurrency, duration, "s", sdk=True)
