@@ -114,6 +114,18 @@ class World:
             )
         return invocations_service.address_of(target, self.runtime.settings)
 
+    def rename_connection(self) -> None:
+        """Change the provider's only connection: a new revision, not approved yet."""
+        with self.runtime.db.transaction() as session:
+            connection_id = session.scalars(select(ProviderConnection.id)).one()
+            providers.update_connection(
+                session,
+                connection_id=connection_id,
+                name="renamed",
+                settings=self.runtime.settings,
+                now=utcnow(),
+            )
+
     def provider_key(self, invocation_id: str) -> str:
         return f"mercato:{invocation_id}"
 

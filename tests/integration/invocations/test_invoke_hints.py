@@ -23,8 +23,6 @@ from mercato.db.aio import observing
 from mercato.db.hints import Hints
 from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
-from mercato.providers import service as providers
-from mercato.providers.models import ProviderConnection
 from mercato.quotas import service as quotas
 from mercato.web.app import create_app
 
@@ -118,15 +116,7 @@ def test_a_connection_changed_after_a_call_refuses_the_next_one(
     world: World, memoryless: TestClient
 ) -> None:
     assert world.invoke(key="first").status_code == 200
-    with world.runtime.db.transaction() as session:
-        connection_id = session.scalars(select(ProviderConnection.id)).one()
-        providers.update_connection(
-            session,
-            connection_id=connection_id,
-            name="renamed",
-            settings=world.runtime.settings,
-            now=utcnow(),
-        )
+    world.rename_connection()
     refused = world.invoke(key="second")
     assert problem(refused) == problem(invoke_on(memoryless, world, "second"))
     assert refused.status_code == 503 and refused.json()["code"] == "PROVIDER_NOT_APPROVED"

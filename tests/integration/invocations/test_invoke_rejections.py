@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
 
 from builders.catalog import hold, release
 from builders.invocation_world import SERVICE, World
 from mercato.core.clock import utcnow
 from mercato.ledger import service as ledger
-from mercato.providers import service as providers
-from mercato.providers.models import ProviderConnection
 
 
 def assert_nothing_consumed(world: World) -> None:
@@ -86,15 +83,7 @@ def test_held_listing_is_unavailable_until_released(world: World) -> None:
 
 
 def test_unapproved_connection_is_503(world: World) -> None:
-    with world.runtime.db.transaction() as session:
-        connection_id = session.scalars(select(ProviderConnection.id)).one()
-        providers.update_connection(
-            session,
-            connection_id=connection_id,
-            name="renamed",
-            settings=world.runtime.settings,
-            now=utcnow(),
-        )
+    world.rename_connection()
     assert_problem(world.invoke(), 503, "PROVIDER_NOT_APPROVED")
     assert_nothing_consumed(world)
 
