@@ -26,15 +26,17 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
+from sqlalchemy import exc
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from mercato.core.ids import bind, unbind
+from mercato.core.ids import bind, new_id, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, program_values
+from mercato.db.aio import Observed, OneUnit, Unit
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
@@ -51,16 +53,88 @@ def _is_busy(error: sqlite3.Error) -> bool:
     return code is not None and code & 0xFF in _BUSY
 
 
+class _Bound:
+    """A program's statement as `_Connection._run` sends it: its SQL and the keys of its
+    values in `_Program.values`, in placeholder order, picked in one C call. The same facts
+    as `Prepared.bind` (same values, same processors), in the shape of a program's values."""
+
+    __slots__ = ("pick", "prepared", "processors", "sql")
+
+    def __init__(
+        self,
+        prepared: Prepared,
+        index: int,
+        consts: dict[str, Any],
+        makers: dict[str, Callable[[], Any]],
+    ) -> None:
+        self.prepared = prepared
+        self.sql = prepared.sql
+        keys: list[str] = []
+        for key, value, required, make, _process in prepared._binds:
+            if key.startswith("p_"):
+                keys.append(key[2:])  # an input, kept by its own name (`_Program.values`)
+            elif key.startswith("s_"):
+                keys.append(key)  # a column an earlier step returned
+            else:
+                # The statement's own value (`param_1`, a default made per run), never among
+                # a program's inputs: kept under a key no other statement shares.
+                own = f"{index}:{key}"
+                if make is not None:
+                    makers[own] = make
+                elif required:
+                    raise exc.InvalidRequestError(
+                        f"A value is required for bind parameter {key!r} (a program's inputs "
+                        "are bound with Refs.param)"
+                    )
+                else:
+                    consts[own] = value
+                keys.append(own)
+        self.pick: Callable[[Mapping[str, Any]], Any] = (
+            itemgetter(*keys) if len(keys) > 1 else _pick_one(keys[0]) if keys else _pick_none
+        )
+        self.processors = prepared._bind_processors
+
+    def values(self, values: Mapping[str, Any]) -> Sequence[Any]:
+        picked = self.pick(values)
+        if not self.processors:
+            return picked  # type: ignore[no-any-return]
+        out = list(picked)
+        for index, process in self.processors:
+            out[index] = process(out[index])
+        return out
+
+
+def _pick_one(key: str) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    return lambda values: (values[key],)
+
+
+def _pick_none(_values: Mapping[str, Any]) -> tuple[Any, ...]:
+    return ()
+
+
 class _Step:
     """One step of a guarded program, compiled for sqlite3 once (`_program`)."""
 
     __slots__ = ("code", "detail", "empty", "names", "required_if", "statement")
 
-    def __init__(self, item: guarded.CompiledStep, prepare: Callable[[Any], Prepared]) -> None:
+    def __init__(
+        self,
+        item: guarded.CompiledStep,
+        prepare: Callable[[Any], Prepared],
+        index: int,
+        consts: dict[str, Any],
+        makers: dict[str, Callable[[], Any]],
+    ) -> None:
         step = item.step
-        self.statement = prepare(item.statement)
-        self.required_if = None if item.required_if is None else prepare(item.required_if)
-        self.detail = None if item.detail is None else prepare(item.detail)
+
+        def bound(clause: Any, n: int) -> _Bound | None:
+            return None if clause is None else _Bound(prepare(clause), n, consts, makers)
+
+        statement = bound(item.statement, 3 * index)
+        assert statement is not None
+        self.statement = statement
+        self.required_if = bound(item.required_if, 3 * index + 1)
+        self.detail = bound(item.detail, 3 * index + 2)
         self.empty = step.empty
         self.code = step.code
         self.names = tuple(f"s_{step.name}_{column}" for column in item.columns)
@@ -68,17 +142,52 @@ class _Step:
 
 
 class _Program:
-    """A guarded program's steps compiled for sqlite3, with how its outputs are read back."""
+    """A guarded program's steps compiled for sqlite3, with how its outputs are read back.
 
-    __slots__ = ("built", "outputs", "program", "steps")
+    Its values are one dict per run (`values`): the inputs by their own names (a statement's
+    `p_<name>`), the statements' literals (`<n>:<name>`), then each step's columns as
+    `s_<step>_<column>`, each set before a later step reads it (so an input of that name,
+    had a caller passed one, is never read)."""
+
+    __slots__ = ("built", "consts", "fresh", "makers", "outputs", "program", "steps")
 
     def __init__(
         self, program: guarded.Program, built: guarded.Compiled, prepare: Callable[[Any], Prepared]
     ) -> None:
         self.program = program
         self.built = built
-        self.steps = tuple(_Step(item, prepare) for item in built.steps)
+        self.consts: dict[str, Any] = {}
+        self.makers: dict[str, Callable[[], Any]] = {}
+        self.steps = tuple(
+            _Step(item, prepare, index, self.consts, self.makers)
+            for index, item in enumerate(built.steps)
+        )
+        self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
         self.outputs = tuple((name, "s_" + name.replace(".", "_", 1)) for name in built.outputs)
+
+    def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`aio.program_values` in this program's shape: a fresh id (from the bound ids) for
+        each `Compiled.fresh` input not given."""
+        values = dict(params)
+        values.update(self.consts)  # after the inputs: no input can replace a literal
+        for name, make in self.makers.items():
+            values[name] = make()
+        for name, prefix in self.fresh:
+            if name not in values:
+                values[name] = new_id(prefix)
+        return values
+
+
+class _Writer:
+    """One loop's writers: the lock they queue on, and the connection they write with while
+    no unit holds it. Writing through one connection keeps its page cache: SQLite empties a
+    connection's cache when it begins a transaction after another connection committed."""
+
+    __slots__ = ("lock", "raw")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.raw: sqlite3.Connection | None = None
 
 
 class _Connection:
@@ -86,9 +195,10 @@ class _Connection:
 
     __slots__ = ("_db", "_raw", "_unit", "served")
 
-    def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection, unit: Unit) -> None:
+    def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection | None, unit: Unit) -> None:
         self._db = db
         self._raw = raw
+        """None in a read unit until its first statement (`_ReadUnit`)."""
         self._unit = OneUnit(unit)
         self.served: Served | None = None
         """What this unit served from memory (`mercato.db.hints.note_served`)."""
@@ -104,6 +214,8 @@ class _Connection:
         assert isinstance(op, Rows)
         if self._unit.unit is not Unit.READ:
             return self._rows(op.statement, op.params)
+        if self._raw is None:
+            self._raw = self._db._begin_read()
         # A reader does not wait for the writer in WAL mode, but can find the WAL index
         # busy for an instant (a checkpoint resetting it): it retries without blocking.
         delay, deadline = FIRST_BACKOFF, time.monotonic() + self._db.lock_timeout
@@ -131,6 +243,7 @@ class _Connection:
     def _send(self, prepared: Prepared, sql: str, values: list[Any]) -> list[tuple[Any, ...]]:
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
+        assert self._raw is not None
         try:
             raw = self._raw.execute(sql, values).fetchall()
         except sqlite3.Error as error:
@@ -143,6 +256,7 @@ class _Connection:
         rows: list[tuple[Any, ...]] = []
         if self._db.observed.listeners:
             self._db.observed.tell("sql", prepared.sql)
+        assert self._raw is not None
         if prepared.dml_without_rows and not prepared.expanding and extracted is None:
             bound_values = [prepared.bind(one)[1] for one in params]
             try:
@@ -159,16 +273,11 @@ class _Connection:
             rows.extend(prepared.row(row) for row in raw)
         return rows
 
-    def _first(self, prepared: Prepared, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        sql, bound_values = prepared.bind(values)
-        rows = self._send(prepared, sql, bound_values)
-        return rows[0] if rows else None
-
     def _run(self, op: Run) -> dict[str, Any] | None:
         """`guarded._run_steps`: the program's steps one after another in this transaction,
         each compiled once as the sync side compiles it (`guarded.Compiled.sql`)."""
         program = self._db.program(op.program)
-        values = program_values(program.built, op.params)
+        values = program.values(op.params)
         first = self._first
         for step in program.steps:
             row = first(step.statement, values)
@@ -193,6 +302,19 @@ class _Connection:
                 values[name] = None
         return {name: values[key] for name, key in program.outputs}
 
+    def _first(self, bound: _Bound, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The first row `bound` returns for a program's `values` (result processors
+        applied, as `_rows` applies them)."""
+        sql = bound.sql
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
+        assert self._raw is not None
+        try:
+            raw = self._raw.execute(sql, bound.values(values)).fetchone()
+        except sqlite3.Error as error:
+            raise sqlalchemy_error(error, sql) from error
+        return None if raw is None else bound.prepared.row(raw)
+
 
 class SqliteDatabase:
     """`plans.AsyncDatabase` on SQLite (see the module docstring)."""
@@ -215,7 +337,7 @@ class SqliteDatabase:
         self._idle: list[sqlite3.Connection] = []
         self._idle_lock = threading.Lock()
         self._max_idle = max_idle
-        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Writer] = (
             weakref.WeakKeyDictionary()
         )
         self._closed = False
@@ -264,15 +386,45 @@ class SqliteDatabase:
                     return
         raw.close()
 
-    def _writer_lock(self) -> asyncio.Lock:
+    def _writer(self) -> _Writer:
         loop = asyncio.get_running_loop()
-        lock = self._writers.get(loop)
-        if lock is None:
+        writer = self._writers.get(loop)
+        if writer is None:
             with self._idle_lock:
-                lock = self._writers.get(loop)
-                if lock is None:
-                    lock = self._writers[loop] = asyncio.Lock()
-        return lock
+                writer = self._writers.get(loop)
+                if writer is None:
+                    writer = self._writers[loop] = _Writer()
+        return writer
+
+    def _checkout_writer(self, writer: _Writer) -> sqlite3.Connection:
+        """The loop's writer connection (its lock held): the one its last write unit used,
+        whose page cache is still current (another connection's commit would empty it)."""
+        with self._idle_lock:
+            raw, writer.raw = writer.raw, None
+            if raw is None and self._idle:
+                raw = self._idle.pop()
+        return raw if raw is not None else self._connect()
+
+    def _checkin_writer(self, writer: _Writer, raw: sqlite3.Connection, healthy: bool) -> None:
+        if healthy and not raw.in_transaction:
+            with self._idle_lock:
+                if not self._closed and writer.raw is None:
+                    writer.raw = raw
+                    return
+        self._checkin(raw, healthy)
+
+    def _begin_read(self) -> sqlite3.Connection:
+        """A connection in a DEFERRED transaction (a read unit's, at its first statement)."""
+        raw = self._checkout()
+        try:
+            raw.execute("BEGIN")
+        except BaseException as error:
+            self._end(raw, "ROLLBACK")
+            self._checkin(raw, False)
+            if isinstance(error, sqlite3.Error):
+                raise sqlalchemy_error(error, "BEGIN") from error
+            raise
+        return raw
 
     async def _begin_immediate(self, raw: sqlite3.Connection) -> None:
         delay = FIRST_BACKOFF
@@ -318,46 +470,46 @@ class SqliteDatabase:
 
     def dispose_ended(self) -> None:
         """Close the idle connections (called by the sync `Database.dispose`)."""
-        with self._idle_lock:
-            idle, self._idle = self._idle, []
-        for raw in idle:
+        for raw in self._take_idle():
             raw.close()
 
     async def close(self) -> None:
-        with self._idle_lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for raw in idle:
+        for raw in self._take_idle(closing=True):
             raw.close()
+
+    def _take_idle(self, *, closing: bool = False) -> list[sqlite3.Connection]:
+        """Every connection no unit holds: the idle list and the loops' writer connections."""
+        with self._idle_lock:
+            if closing:
+                self._closed = True
+            idle, self._idle = self._idle, []
+            for writer in list(self._writers.values()):
+                if writer.raw is not None:
+                    idle.append(writer.raw)
+                    writer.raw = None
+        return idle
 
 
 class _ReadUnit:
     """`SqliteDatabase.read()`: one DEFERRED transaction, ended with a rollback. The
-    connection goes back to the idle list when the block ended without an exception."""
+    connection goes back to the idle list when the block ended without an exception.
 
-    __slots__ = ("_db", "_raw", "_token")
+    The connection is taken and BEGIN sent at the unit's first statement: a DEFERRED
+    transaction reads its snapshot at its first statement anyway, and a unit that reads
+    nothing (a warm invoke's, decision 0400) then costs no connection and no round trip."""
+
+    __slots__ = ("_conn", "_db", "_token")
 
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        token = bind(db._sync.ids)
-        try:
-            if db.observed.listeners:
-                db.observed.tell("unit", Unit.READ.value)
-            raw = db._checkout()
-            try:
-                raw.execute("BEGIN")
-            except BaseException:
-                db._end(raw, "ROLLBACK")
-                db._checkin(raw, False)
-                raise
-        except BaseException:
-            unbind(token)
-            raise
-        self._raw, self._token = raw, token
-        return _Connection(db, raw, Unit.READ)
+        self._token = bind(db._sync.ids)
+        if db.observed.listeners:
+            db.observed.tell("unit", Unit.READ.value)
+        self._conn = _Connection(db, None, Unit.READ)
+        return self._conn
 
     async def __aexit__(
         self,
@@ -365,10 +517,11 @@ class _ReadUnit:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        db, raw = self._db, self._raw
+        db, raw = self._db, self._conn._raw
         try:
-            healthy = db._end(raw, "ROLLBACK") and exc_type is None
-            db._checkin(raw, healthy)
+            if raw is not None:
+                healthy = db._end(raw, "ROLLBACK") and exc_type is None
+                db._checkin(raw, healthy)
         finally:
             unbind(self._token)
 
@@ -378,7 +531,7 @@ class _WriteUnit:
     writer lock; COMMIT when the block ends (ROLLBACK when a money program in it was refused,
     or on an exception)."""
 
-    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_unit")
+    __slots__ = ("_conn", "_db", "_raw", "_token", "_unit", "_writer")
 
     def __init__(self, db: SqliteDatabase, unit: Unit) -> None:
         self._db = db
@@ -390,14 +543,15 @@ class _WriteUnit:
         try:
             if db.observed.listeners:
                 db.observed.tell("unit", self._unit.value)
-            lock = db._writer_lock()
+            writer = db._writer()
+            lock = writer.lock
             await lock.acquire()
             try:
-                raw = db._checkout()
+                raw = db._checkout_writer(writer)
                 try:
                     await db._begin_immediate(raw)
                 except BaseException:
-                    db._checkin(raw, not raw.in_transaction)
+                    db._checkin_writer(writer, raw, not raw.in_transaction)
                     raise
             except BaseException:
                 lock.release()
@@ -405,7 +559,7 @@ class _WriteUnit:
         except BaseException:
             unbind(token)
             raise
-        self._lock, self._raw, self._token = lock, raw, token
+        self._writer, self._raw, self._token = writer, raw, token
         self._conn = _Connection(db, raw, self._unit)
         return self._conn
 
@@ -430,8 +584,9 @@ class _WriteUnit:
                 healthy = not raw.in_transaction
                 raise
         finally:
+            writer = self._writer
             try:
-                db._checkin(raw, healthy)
+                db._checkin_writer(writer, raw, healthy)
             finally:
-                self._lock.release()
+                writer.lock.release()
                 unbind(self._token)

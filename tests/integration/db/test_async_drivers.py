@@ -610,3 +610,129 @@ def test_observers_see_the_units_and_the_statements_sent(runtime: Runtime, probe
         assert sql == ["WITH", "BEGIN", "INSERT", "COMMIT"]  # the money program: one statement
     else:
         assert sql[-1] == "INSERT" and len(sql) >= 2  # the program's steps, then the insert
+
+
+# --- SQLite: connections kept where they pay ------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+def test_a_read_that_sends_nothing_takes_no_connection(runtime: Runtime, probe: Table) -> None:
+    from mercato.db.aio_sqlite import SqliteDatabase
+
+    opened: list[object] = []
+
+    class Counting(SqliteDatabase):
+        def _connect(self) -> sqlite3.Connection:
+            raw = super()._connect()
+            opened.append(raw)
+            return raw
+
+    adb = Counting(runtime.db)
+    runtime.db.engine.dispose()
+    with runtime.db.transaction() as session:
+        session.execute(insert(PROBE).values(id="there", name="n"))
+
+    async def scenario() -> tuple[int, int, tuple[Any, ...]]:
+        async with adb.read() as conn:
+            pass  # a warm invoke's read: everything from memory
+        before = len(opened)
+        async with adb.read() as conn:
+            row = (await conn.execute(Rows(_BY_ID, {"id": "there"})))[0]
+        await adb.close()
+        return before, len(opened), row
+
+    before, after, row = run_on_fresh_loop(scenario())
+    assert (before, after) == (0, 1)
+    assert row[:2] == ("there", "n")
+
+
+@pytest.mark.sqlite_only
+def test_writers_on_one_loop_write_through_one_connection(runtime: Runtime, probe: Table) -> None:
+    """SQLite empties a connection's page cache when it begins a transaction after another
+    connection committed: a loop's writes go through the connection its last write used, even
+    while a read holds another."""
+    from mercato.db.aio_sqlite import SqliteDatabase
+
+    adb = SqliteDatabase(runtime.db)
+
+    async def scenario() -> list[int]:
+        used: list[int] = []
+        for i in range(3):
+            async with adb.read() as reader:
+                await reader.execute(Rows(_BY_ID, {"id": "none"}))  # holds a connection
+                async with adb.transaction() as conn:
+                    await conn.execute(Rows(_INSERT, {"id": f"w{i}", "name": "n"}))
+                    used.append(id(conn._raw))  # type: ignore[attr-defined]
+            async with adb.statement() as conn:
+                await conn.execute(Rows(_INSERT, {"id": f"s{i}", "name": "n"}))
+                used.append(id(conn._raw))  # type: ignore[attr-defined]
+        await adb.close()
+        return used
+
+    used = run_on_fresh_loop(scenario())
+    assert len(set(used)) == 1
+    assert _count(runtime) == 6
+
+
+def test_a_programs_own_values_are_bound_per_run_and_no_input_replaces_them(
+    runtime: Runtime, probe: Table
+) -> None:
+    """A step's literals (`> 3` below) and a bind whose value is made per run are the
+    statement's, whatever the inputs are named; the inputs and the columns of earlier steps
+    are bound by name (the SQLite steps pick them from one dict per run)."""
+    made = iter(range(100, 200))
+
+    def put(refs: guarded.Refs) -> Any:
+        values = {
+            "id": refs.param("id", String),
+            "name": refs.param("name", String),
+            "small": bindparam("made", callable_=lambda: next(made), type_=Integer),
+        }
+        return guarded.insert_select(refs, PROBE, values, refs.param("n", Integer) > 3).returning(
+            PROBE.c.id, PROBE.c.small
+        )
+
+    def echo(refs: guarded.Refs) -> Any:
+        values = {
+            "id": refs.col("put", "id") + "-echo",
+            "name": refs.param("name", String) + "!",
+            "big": refs.col("put", "small"),
+        }
+        small = refs.col("put", "small")
+        return guarded.insert_select(refs, PROBE, values, small >= 100).returning(
+            PROBE.c.name, PROBE.c.big
+        )
+
+    program = guarded.Program(
+        "probe-put",
+        (guarded.Step("put", put, guarded.Empty.STOP), guarded.Step("echo", echo)),
+        outputs=(("echo", "name"), ("echo", "big")),
+    )
+
+    mimics: dict[str, Any] = {}
+
+    async def scenario() -> list[dict[str, Any] | None]:
+        out = []
+        for key, n in (("a", 4), ("b", 5), ("c", 3)):
+            async with runtime.adb.transaction() as conn:
+                params = {**mimics, "id": key, "name": key, "n": n, "s_put_id": "x"}
+                out.append(await conn.execute(Run(program, params)))
+        return out
+
+    if runtime.adb.dialect == "sqlite":  # inputs named as the steps keep their literals
+        literals = runtime.adb.program(program).consts  # type: ignore[attr-defined]
+        assert sorted(map(str, literals.values())) == ["!", "-echo", "100", "3"]
+        mimics.update(dict.fromkeys(literals, 0))
+    assert run_on_fresh_loop(scenario()) == [
+        {"echo.name": "a!", "echo.big": 100},
+        {"echo.name": "b!", "echo.big": 101},
+        None,  # 3 > 3 is false, whatever an input named like the literal said
+    ]
+    with runtime.db.read() as session:
+        rows = session.execute(select(PROBE.c.id, PROBE.c.small).order_by(PROBE.c.id)).all()
+    assert [tuple(row) for row in rows] == [
+        ("a", 100),
+        ("a-echo", None),
+        ("b", 101),
+        ("b-echo", None),
+    ]
