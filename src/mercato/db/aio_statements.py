@@ -42,9 +42,11 @@ class Prepared:
         "_binds",
         "_defaults",
         "_keys",
+        "_makers",
         "_pick",
         "_result_processors",
         "_results",
+        "_static",
         "compiled",
         "dml_without_rows",
         "expanding",
@@ -72,6 +74,17 @@ class Prepared:
         self._keys = keys
         self._defaults = False
         """Some value was missing from the parameters once: fill missing ones per call."""
+        static: dict[str, Any] = {}
+        makers: dict[str, Callable[[], Any]] = {}
+        for key, default, required, make, _process in binds:
+            if make is not None:
+                makers[key] = make
+            elif not required:
+                static[key] = default
+        self._static = static
+        """The statement's own values (its literals), taken when the parameters lack them."""
+        self._makers = tuple(makers.items())
+        """The binds whose missing value is made per call, in placeholder order."""
         self._bind_processors = tuple(
             (index, bind[4]) for index, bind in enumerate(binds) if bind[4] is not None
         )
@@ -113,18 +126,20 @@ class Prepared:
     def _with_defaults(self, given: Mapping[str, Any]) -> list[Any]:
         """The values of `given`, a missing one made by its bind's callable or taken from the
         statement (its own value, or an error when it is required); not yet processed."""
-        values: list[Any] = []
-        for key, default, required, make, _process in self._binds:
-            value = given.get(key, _MISSING)
-            if value is _MISSING:
-                if make is not None:
-                    value = make()
-                elif required:
-                    raise exc.InvalidRequestError(f"A value is required for bind parameter {key!r}")
-                else:
-                    value = default
-            values.append(value)
-        return values
+        merged = {**self._static, **given}
+        for key, make in self._makers:
+            if key not in given:
+                merged[key] = make()
+        try:
+            pick = self._pick
+            return list(pick(merged)) if pick is not None else [merged[k] for k in self._keys]
+        except KeyError:
+            for key in self._keys:
+                if key not in merged:
+                    raise exc.InvalidRequestError(
+                        f"A value is required for bind parameter {key!r}"
+                    ) from None
+            raise
 
     def _bind_slow(
         self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None

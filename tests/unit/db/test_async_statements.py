@@ -76,6 +76,27 @@ def test_values_missing_from_the_parameters_come_from_the_statement() -> None:
     assert none.bind({"id": "a"})[1] == []
 
 
+def test_defaults_are_filled_per_call_and_a_required_value_is_still_refused() -> None:
+    statements = Statements(asyncpg_dialect())
+    counter = iter(range(10))
+    made = select(T.c.id).where(
+        T.c.n == bindparam("made", callable_=lambda: next(counter), type_=Integer),
+        T.c.id == bindparam("id"),
+        T.c.n > 3,  # a literal of the statement
+    )
+    prepared, _ = statements.prepare(made)
+    # each call that lacks the made value makes a new one; a given one is not made
+    assert prepared.bind({"id": "a"})[1] == [0, "a", 3]
+    assert prepared.bind({"id": "b", "made": 9})[1] == [9, "b", 3]
+    assert prepared.bind({"id": "c"})[1] == [1, "c", 3]
+    with pytest.raises(exc.InvalidRequestError, match="'id'"):
+        prepared.bind({"made": 1})  # after the statement took the defaults path
+    literal, _ = statements.prepare(select(T.c.id).where(T.c.n > 5, T.c.id == bindparam("id")))
+    assert literal.bind({"id": "x"})[1] == [5, "x"]
+    with pytest.raises(exc.InvalidRequestError, match="'id'"):
+        literal.bind({})
+
+
 def test_rows_are_read_back_through_their_types() -> None:
     statements = Statements(asyncpg_dialect())
     read, _ = statements.prepare(_BY_ID)
