@@ -178,18 +178,6 @@ class _Program:
         return values
 
 
-class _Writer:
-    """One loop's writers: the lock they queue on, and the connection they write with while
-    no unit holds it. Writing through one connection keeps its page cache: SQLite empties a
-    connection's cache when it begins a transaction after another connection committed."""
-
-    __slots__ = ("lock", "raw")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.raw: sqlite3.Connection | None = None
-
-
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
@@ -337,7 +325,7 @@ class SqliteDatabase:
         self._idle: list[sqlite3.Connection] = []
         self._idle_lock = threading.Lock()
         self._max_idle = max_idle
-        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Writer] = (
+        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
         self._closed = False
@@ -386,32 +374,15 @@ class SqliteDatabase:
                     return
         raw.close()
 
-    def _writer(self) -> _Writer:
+    def _writer_lock(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
-        writer = self._writers.get(loop)
-        if writer is None:
+        lock = self._writers.get(loop)
+        if lock is None:
             with self._idle_lock:
-                writer = self._writers.get(loop)
-                if writer is None:
-                    writer = self._writers[loop] = _Writer()
-        return writer
-
-    def _checkout_writer(self, writer: _Writer) -> sqlite3.Connection:
-        """The loop's writer connection (its lock held): the one its last write unit used,
-        whose page cache is still current (another connection's commit would empty it)."""
-        with self._idle_lock:
-            raw, writer.raw = writer.raw, None
-            if raw is None and self._idle:
-                raw = self._idle.pop()
-        return raw if raw is not None else self._connect()
-
-    def _checkin_writer(self, writer: _Writer, raw: sqlite3.Connection, healthy: bool) -> None:
-        if healthy and not raw.in_transaction:
-            with self._idle_lock:
-                if not self._closed and writer.raw is None:
-                    writer.raw = raw
-                    return
-        self._checkin(raw, healthy)
+                lock = self._writers.get(loop)
+                if lock is None:
+                    lock = self._writers[loop] = asyncio.Lock()
+        return lock
 
     def _begin_read(self) -> sqlite3.Connection:
         """A connection in a DEFERRED transaction (a read unit's, at its first statement)."""
@@ -470,24 +441,17 @@ class SqliteDatabase:
 
     def dispose_ended(self) -> None:
         """Close the idle connections (called by the sync `Database.dispose`)."""
-        for raw in self._take_idle():
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for raw in idle:
             raw.close()
 
     async def close(self) -> None:
-        for raw in self._take_idle(closing=True):
-            raw.close()
-
-    def _take_idle(self, *, closing: bool = False) -> list[sqlite3.Connection]:
-        """Every connection no unit holds: the idle list and the loops' writer connections."""
         with self._idle_lock:
-            if closing:
-                self._closed = True
+            self._closed = True
             idle, self._idle = self._idle, []
-            for writer in list(self._writers.values()):
-                if writer.raw is not None:
-                    idle.append(writer.raw)
-                    writer.raw = None
-        return idle
+        for raw in idle:
+            raw.close()
 
 
 class _ReadUnit:
@@ -505,10 +469,14 @@ class _ReadUnit:
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        self._token = bind(db._sync.ids)
+        token = bind(db._sync.ids)
         if db.observed.listeners:
-            db.observed.tell("unit", Unit.READ.value)
-        self._conn = _Connection(db, None, Unit.READ)
+            try:
+                db.observed.tell("unit", Unit.READ.value)
+            except BaseException:
+                unbind(token)
+                raise
+        self._token, self._conn = token, _Connection(db, None, Unit.READ)
         return self._conn
 
     async def __aexit__(
@@ -531,7 +499,7 @@ class _WriteUnit:
     writer lock; COMMIT when the block ends (ROLLBACK when a money program in it was refused,
     or on an exception)."""
 
-    __slots__ = ("_conn", "_db", "_raw", "_token", "_unit", "_writer")
+    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_unit")
 
     def __init__(self, db: SqliteDatabase, unit: Unit) -> None:
         self._db = db
@@ -543,15 +511,14 @@ class _WriteUnit:
         try:
             if db.observed.listeners:
                 db.observed.tell("unit", self._unit.value)
-            writer = db._writer()
-            lock = writer.lock
+            lock = db._writer_lock()
             await lock.acquire()
             try:
-                raw = db._checkout_writer(writer)
+                raw = db._checkout()
                 try:
                     await db._begin_immediate(raw)
                 except BaseException:
-                    db._checkin_writer(writer, raw, not raw.in_transaction)
+                    db._checkin(raw, not raw.in_transaction)
                     raise
             except BaseException:
                 lock.release()
@@ -559,7 +526,7 @@ class _WriteUnit:
         except BaseException:
             unbind(token)
             raise
-        self._writer, self._raw, self._token = writer, raw, token
+        self._lock, self._raw, self._token = lock, raw, token
         self._conn = _Connection(db, raw, self._unit)
         return self._conn
 
@@ -584,9 +551,8 @@ class _WriteUnit:
                 healthy = not raw.in_transaction
                 raise
         finally:
-            writer = self._writer
             try:
-                db._checkin_writer(writer, raw, healthy)
+                db._checkin(raw, healthy)
             finally:
-                writer.lock.release()
+                self._lock.release()
                 unbind(self._token)

@@ -612,7 +612,7 @@ def test_observers_see_the_units_and_the_statements_sent(runtime: Runtime, probe
         assert sql[-1] == "INSERT" and len(sql) >= 2  # the program's steps, then the insert
 
 
-# --- SQLite: connections kept where they pay ------------------------------------------------
+# --- SQLite: a read that reads nothing, a program's values -----------------------------------
 
 
 @pytest.mark.sqlite_only
@@ -644,34 +644,6 @@ def test_a_read_that_sends_nothing_takes_no_connection(runtime: Runtime, probe: 
     before, after, row = run_on_fresh_loop(scenario())
     assert (before, after) == (0, 1)
     assert row[:2] == ("there", "n")
-
-
-@pytest.mark.sqlite_only
-def test_writers_on_one_loop_write_through_one_connection(runtime: Runtime, probe: Table) -> None:
-    """SQLite empties a connection's page cache when it begins a transaction after another
-    connection committed: a loop's writes go through the connection its last write used, even
-    while a read holds another."""
-    from mercato.db.aio_sqlite import SqliteDatabase
-
-    adb = SqliteDatabase(runtime.db)
-
-    async def scenario() -> list[int]:
-        used: list[int] = []
-        for i in range(3):
-            async with adb.read() as reader:
-                await reader.execute(Rows(_BY_ID, {"id": "none"}))  # holds a connection
-                async with adb.transaction() as conn:
-                    await conn.execute(Rows(_INSERT, {"id": f"w{i}", "name": "n"}))
-                    used.append(id(conn._raw))  # type: ignore[attr-defined]
-            async with adb.statement() as conn:
-                await conn.execute(Rows(_INSERT, {"id": f"s{i}", "name": "n"}))
-                used.append(id(conn._raw))  # type: ignore[attr-defined]
-        await adb.close()
-        return used
-
-    used = run_on_fresh_loop(scenario())
-    assert len(set(used)) == 1
-    assert _count(runtime) == 6
 
 
 def test_a_programs_own_values_are_bound_per_run_and_no_input_replaces_them(
