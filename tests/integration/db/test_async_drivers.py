@@ -708,3 +708,71 @@ def test_a_programs_own_values_are_bound_per_run_and_no_input_replaces_them(
         ("b", 101),
         ("b-echo", None),
     ]
+
+
+@pytest.mark.sqlite_only
+def test_a_value_bound_in_several_places_is_processed_once_per_run(
+    runtime: Runtime, probe: Table
+) -> None:
+    """SQLite's datetime bind processor formats a string per call: a program binds its `now`
+    (and a row's timestamps that are that `now`) in several steps, and each object is
+    processed once per run and type; the next run processes its own values."""
+    from sqlalchemy import TypeDecorator
+
+    processed: list[Any] = []
+
+    class Counted(TypeDecorator[dt.datetime]):
+        impl = UTCDateTime
+        cache_ok = True
+
+        def process_bind_param(self, value: Any, dialect: Any) -> Any:
+            processed.append(value)
+            return value
+
+    def put(suffix: str) -> Callable[[guarded.Refs], Any]:
+        def build(refs: guarded.Refs) -> Any:
+            values = {
+                "id": refs.param("id", String) + suffix,
+                "name": refs.param("name", String),
+                "at": refs.param("at", Counted),
+            }
+            return guarded.insert_select(refs, PROBE, values).returning(PROBE.c.id)
+
+        return build
+
+    def stamp(refs: guarded.Refs) -> Any:  # the same object under another input name
+        values = {
+            "id": refs.col("one", "id") + "-again",
+            "name": refs.param("name", String),
+            "at": refs.param("also", Counted),
+        }
+        return guarded.insert_select(refs, PROBE, values).returning(PROBE.c.id)
+
+    program = guarded.Program(
+        "probe-stamps",
+        (
+            guarded.Step("one", put("-1")),
+            guarded.Step("two", put("-2")),
+            guarded.Step("three", stamp),
+        ),
+    )
+    first = dt.datetime(2026, 5, 1, 10, 30, tzinfo=_PARIS)
+    second = dt.datetime(2026, 5, 2, 11, 0, tzinfo=dt.UTC)
+
+    async def scenario() -> None:
+        for key, at in (("a", first), ("b", second)):
+            async with runtime.adb.transaction() as conn:
+                await conn.execute(Run(program, {"id": key, "name": key, "at": at, "also": at}))
+
+    run_on_fresh_loop(scenario())
+    assert processed == [first, second]  # once per run, not once per place
+    with runtime.db.read() as session:
+        rows = session.execute(select(PROBE.c.id, PROBE.c.at).order_by(PROBE.c.id)).all()
+    assert [tuple(row) for row in rows] == [
+        ("a-1", first),
+        ("a-1-again", first),
+        ("a-2", first),
+        ("b-1", second),
+        ("b-1-again", second),
+        ("b-2", second),
+    ]
