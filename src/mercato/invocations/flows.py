@@ -273,6 +273,17 @@ def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeR
     return InvokeResult(view=view, quota=None, replay=True)
 
 
+def _replayed(found: invocations.Replayed, fingerprint: str, now: dt.datetime) -> InvokeResult:
+    """`_replay` with the window `find_replay` read beside the call: the answer's RateLimit
+    headers, a refusal's too (the route then reads nothing more for them)."""
+    try:
+        replay = _replay(found.view, fingerprint, now)
+    except MercatoError as refused:
+        refused.headers.update(found.quota.headers())
+        raise
+    return InvokeResult(view=replay.view, quota=found.quota, replay=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What a fresh call needs, read before anything is written (see `prepare`)."""
@@ -317,14 +328,16 @@ async def prepare(
             )
             return Prepared(request, fingerprint, version, target, policy, served_on(conn))
     served = served_on(conn)
+    proving = None if served is None else served.key_digest
     try:
-        prepared = await prepare_plan.aio(conn, runtime, request)
+        prepared = await prepare_plan.aio(conn, runtime, request, proving=proving)
+    except (IdempotencyKeyReused, IdempotencyKeyInUse):
+        raise  # a replay's refusal: its read proved the key (`prepare_plan`)
     except MercatoError:
         await _prove_key(conn, served)
         raise
     if isinstance(prepared, InvokeResult):
-        await _prove_key(conn, served)
-        return prepared
+        return prepared  # a replay: its read proved the key
     return prepared if served is None else replace(prepared, served=served)
 
 
@@ -360,26 +373,31 @@ async def _uncached(runtime: Runtime, prepared: Prepared) -> InvokeResult:
 
 @query
 def prepare_plan(
-    runtime: Runtime, request: InvokeRequest, *, cached: bool = True
+    runtime: Runtime, request: InvokeRequest, *, cached: bool = True, proving: str | None = None
 ) -> Plan[InvokeResult | Prepared]:
     """`prepare`'s reads, written once: a replay's answer, or the facts (filed in the
-    process's memory when `cached`, under the generation read first: `hints` rule 2)."""
+    process's memory when `cached`, under the generation read first: `hints` rule 2).
+
+    A replay is one statement (decision 0420): its call, the account's quota window as it
+    stands (a replay takes nothing; its RateLimit headers show the window), and the proof of
+    the API key whose digest is `proving` (a key served from memory: refused, `KeyDisproved`,
+    before anything else is answered). A replay's refusal carries those RateLimit headers."""
     settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
     )
-    existing = yield from invocations.find_by_key.plan(
-        account_id=request.account_id, idempotency_key=request.idempotency_key
+    now = runtime.clock.now()
+    found = yield from invocations.find_replay.plan(
+        account_id=request.account_id,
+        idempotency_key=request.idempotency_key,
+        digest=proving,
+        default=quotas.default_policy(settings),
+        now=now,
     )
-    if existing is not None:
-        now = runtime.clock.now()
-        replay = _replay(existing, fingerprint, now)
-        # A replay takes nothing; its RateLimit headers show the window as it stands, read in
-        # this same read.
-        current = yield from quotas.current_status.plan(
-            account_id=request.account_id, settings=settings, now=now
-        )
-        return replace(replay, quota=current)
+    if found is not None:
+        if proving is not None and not found.key_proven:
+            raise KeyDisproved(accounts.key_refused())
+        return _replayed(found, fingerprint, now)
     hints = runtime.hints if cached else None
     generation = None if hints is None else (yield from generation_plan.plan())
     version, target, policy = yield from facts.plan(request=request, settings=settings)
@@ -482,15 +500,21 @@ async def _accept(
             raise _Stopped  # the key was used already, or what was served changed
         # A concurrent request with the same key was accepted first (the program stopped at
         # its intent): answer as its replay. A refusal is only final when there is no twin.
+        now = runtime.clock.now()
         async with adb.read() as conn:
-            twin = await invocations.find_by_key.aio(
-                conn, account_id=request.account_id, idempotency_key=request.idempotency_key
+            twin = await invocations.find_replay.aio(
+                conn,
+                account_id=request.account_id,
+                idempotency_key=request.idempotency_key,
+                digest=None,
+                default=quotas.default_policy(runtime.settings),
+                now=now,
             )
         if twin is None:
             if refused is not None:
                 raise refused
             raise RuntimeError("the accept program stopped without a twin")
-        return _replay(twin, fingerprint, runtime.clock.now())
+        return _replayed(twin, fingerprint, now)
     return invocation_id, owner, quota
 
 
