@@ -414,15 +414,21 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     whose accept program stopped (its Idempotency-Key was already used, or what it was served
     changed), is done again without memory (`_uncached`), which answers exactly as a call
     that read everything would have."""
-    try:
-        accepted = await _accept(runtime, prepared)
-    except (_Stopped, MercatoError, IntegrityError):
-        if prepared.served is None:
-            raise
-        accepted = await _uncached(runtime, prepared)
     hints = runtime.hints
+    used = (prepared.request.account_id, prepared.request.idempotency_key)
+    try:
+        try:
+            accepted = await _accept(runtime, prepared)
+        except (_Stopped, MercatoError, IntegrityError):
+            if prepared.served is None:
+                raise
+            accepted = await _uncached(runtime, prepared)
+    except (IdempotencyKeyReused, IdempotencyKeyInUse):
+        if hints is not None:  # a replay refused: its key is used, looked up first next time
+            hints.used.add(used)
+        raise
     if hints is not None:  # its key is used now: a replay of it looks it up first
-        hints.used.add((prepared.request.account_id, prepared.request.idempotency_key))
+        hints.used.add(used)
     if isinstance(accepted, InvokeResult):
         return accepted
     invocation_id, owner, quota = accepted
