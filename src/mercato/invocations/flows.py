@@ -332,12 +332,17 @@ async def prepare(
     try:
         prepared = await prepare_plan.aio(conn, runtime, request, proving=proving)
     except (IdempotencyKeyReused, IdempotencyKeyInUse):
-        raise  # a replay's refusal: its read proved the key (`prepare_plan`)
+        # A replay's refusal: its read proved the key (`prepare_plan`), and its key is used.
+        if hints is not None:
+            hints.used.add((request.account_id, request.idempotency_key))
+        raise
     except MercatoError:
         await _prove_key(conn, served)
         raise
-    if isinstance(prepared, InvokeResult):
-        return prepared  # a replay: its read proved the key
+    if isinstance(prepared, InvokeResult):  # a replay: its read proved the key
+        if hints is not None:  # and its key is used: the next one reads first
+            hints.used.add((request.account_id, request.idempotency_key))
+        return prepared
     return prepared if served is None else replace(prepared, served=served)
 
 

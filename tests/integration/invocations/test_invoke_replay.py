@@ -235,3 +235,13 @@ def test_the_ratelimit_headers_of_a_replay_show_the_window_as_it_stands(
     assert replayed.headers["RateLimit"].startswith('"tight";r=2;')
     assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
     assert replayed.content == first.content
+
+
+def test_a_key_replayed_before_the_facts_were_remembered_is_known_used(world: World) -> None:
+    accept_without_sending(world, "k")  # another process's call, in flight
+    world.clock.advance(60)  # its lease ran out: a replay answers 202
+    assert world.invoke({"n": 1}, key="k").status_code == 202  # nothing remembered yet
+    assert world.invoke({"n": 2}, key="fresh").status_code == 200  # the facts remembered now
+    units, sql = statements_of(world, lambda: world.invoke({"n": 1}, key="k"))
+    assert units == ["read"] and len(sql) == 1, (units, sql)  # no accept tried first
+    assert world.balances() == (80, 10)
