@@ -258,30 +258,27 @@ def facts(
     return version, target, policy
 
 
-def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeResult:
+def _replayed(found: invocations.Replayed, fingerprint: str, now: dt.datetime) -> InvokeResult:
+    """A replay's answer from what `find_replay` read: the call as it stands, with the window
+    read beside it (its RateLimit headers; a refusal's too, so the route reads nothing more
+    for them)."""
+    view = found.view
+    refused: MercatoError | None = None
     if view.fingerprint != fingerprint:
-        raise IdempotencyKeyReused(
+        refused = IdempotencyKeyReused(
             "This Idempotency-Key was used for a different request; use a new key."
         )
-    if view.pending and view.lease_expires_at is not None and view.lease_expires_at > now:
+    elif view.pending and view.lease_expires_at is not None and view.lease_expires_at > now:
         wait = max(math.ceil((view.lease_expires_at - now).total_seconds()), 1)
-        raise IdempotencyKeyInUse(
+        refused = IdempotencyKeyInUse(
             "The first request with this Idempotency-Key is still being processed.",
             retry_after=wait,
             invocationId=view.invocation_id,
         )
-    return InvokeResult(view=view, quota=None, replay=True)
-
-
-def _replayed(found: invocations.Replayed, fingerprint: str, now: dt.datetime) -> InvokeResult:
-    """`_replay` with the window `find_replay` read beside the call: the answer's RateLimit
-    headers, a refusal's too (the route then reads nothing more for them)."""
-    try:
-        replay = _replay(found.view, fingerprint, now)
-    except MercatoError as refused:
+    if refused is not None:
         refused.headers.update(found.quota.headers())
-        raise
-    return InvokeResult(view=replay.view, quota=found.quota, replay=True)
+        raise refused
+    return InvokeResult(view=view, quota=found.quota, replay=True)
 
 
 @dataclass(frozen=True, slots=True)
