@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Table, bindparam, delete, or_, select, update
+from sqlalchemy import Table, bindparam, case, delete, literal_column, or_, select, update
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import (
@@ -294,12 +294,36 @@ def api_key_digest(api_key: str) -> str:
     return token_digest(api_key)
 
 
+def key_proof(digest: Any) -> Any:
+    """A column that proves, in a statement that reads something else, the API key whose
+    digest is `digest` (a bind parameter): 1 when `lookup_api_key_digest` would accept it now,
+    0 when it is revoked, NULL when there is no such key (read back with `key_proven`). A
+    replay reads it beside its call, so a key served from memory is proven without a read
+    of its own (decision 0420)."""
+    return (
+        select(case((_keys.revoked_at.is_(None), literal_column("1")), else_=literal_column("0")))
+        .select_from(ApiKey.__table__.join(Account.__table__, _accounts.id == _keys.account_id))
+        .where(_keys.digest == digest)
+        .scalar_subquery()
+    )
+
+
+def key_proven(value: Any) -> bool:
+    """Whether the `key_proof` column proves the key (else refuse it: `key_refused`)."""
+    return bool(value == 1)
+
+
+def key_refused() -> Unauthenticated:
+    """The refusal of an API key that is unknown or revoked (`lookup_api_key_digest`)."""
+    return Unauthenticated("The credential is not valid.")
+
+
 @query
 def lookup_api_key_digest(*, digest: str) -> Plan[tuple[Principal, dt.datetime | None]]:
     """`lookup_api_key` by the key's digest (`api_key_digest`)."""
     row = first((yield Rows(_KEY_BY_DIGEST, {"digest": digest})))
     if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
-        raise Unauthenticated("The credential is not valid.")
+        raise key_refused()
     principal = Principal(account_id=row[4], channel="API_KEY", is_staff=row[5], key_id=row[0])
     return principal, row[3]
 

@@ -258,19 +258,27 @@ def facts(
     return version, target, policy
 
 
-def _replay(view: InvocationView, fingerprint: str, now: dt.datetime) -> InvokeResult:
+def _replayed(found: invocations.Replayed, fingerprint: str, now: dt.datetime) -> InvokeResult:
+    """A replay's answer from what `find_replay` read: the call as it stands, with the window
+    read beside it (its RateLimit headers; a refusal's too, so the route reads nothing more
+    for them)."""
+    view = found.view
+    refused: MercatoError | None = None
     if view.fingerprint != fingerprint:
-        raise IdempotencyKeyReused(
+        refused = IdempotencyKeyReused(
             "This Idempotency-Key was used for a different request; use a new key."
         )
-    if view.pending and view.lease_expires_at is not None and view.lease_expires_at > now:
+    elif view.pending and view.lease_expires_at is not None and view.lease_expires_at > now:
         wait = max(math.ceil((view.lease_expires_at - now).total_seconds()), 1)
-        raise IdempotencyKeyInUse(
+        refused = IdempotencyKeyInUse(
             "The first request with this Idempotency-Key is still being processed.",
             retry_after=wait,
             invocationId=view.invocation_id,
         )
-    return InvokeResult(view=view, quota=None, replay=True)
+    if refused is not None:
+        refused.headers.update(found.quota.headers())
+        raise refused
+    return InvokeResult(view=view, quota=found.quota, replay=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,13 +325,20 @@ async def prepare(
             )
             return Prepared(request, fingerprint, version, target, policy, served_on(conn))
     served = served_on(conn)
+    proving = None if served is None else served.key_digest
     try:
-        prepared = await prepare_plan.aio(conn, runtime, request)
+        prepared = await prepare_plan.aio(conn, runtime, request, proving=proving)
+    except (IdempotencyKeyReused, IdempotencyKeyInUse):
+        # A replay's refusal: its read proved the key (`prepare_plan`), and its key is used.
+        if hints is not None:
+            hints.used.add((request.account_id, request.idempotency_key))
+        raise
     except MercatoError:
         await _prove_key(conn, served)
         raise
-    if isinstance(prepared, InvokeResult):
-        await _prove_key(conn, served)
+    if isinstance(prepared, InvokeResult):  # a replay: its read proved the key
+        if hints is not None:  # and its key is used: the next one reads first
+            hints.used.add((request.account_id, request.idempotency_key))
         return prepared
     return prepared if served is None else replace(prepared, served=served)
 
@@ -360,26 +375,31 @@ async def _uncached(runtime: Runtime, prepared: Prepared) -> InvokeResult:
 
 @query
 def prepare_plan(
-    runtime: Runtime, request: InvokeRequest, *, cached: bool = True
+    runtime: Runtime, request: InvokeRequest, *, cached: bool = True, proving: str | None = None
 ) -> Plan[InvokeResult | Prepared]:
     """`prepare`'s reads, written once: a replay's answer, or the facts (filed in the
-    process's memory when `cached`, under the generation read first: `hints` rule 2)."""
+    process's memory when `cached`, under the generation read first: `hints` rule 2).
+
+    A replay is one statement (decision 0420): its call, the account's quota window as it
+    stands (a replay takes nothing; its RateLimit headers show the window), and the proof of
+    the API key whose digest is `proving` (a key served from memory: refused, `KeyDisproved`,
+    before anything else is answered). A replay's refusal carries those RateLimit headers."""
     settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
     )
-    existing = yield from invocations.find_by_key.plan(
-        account_id=request.account_id, idempotency_key=request.idempotency_key
+    now = runtime.clock.now()
+    found = yield from invocations.find_replay.plan(
+        account_id=request.account_id,
+        idempotency_key=request.idempotency_key,
+        digest=proving,
+        default=quotas.default_policy(settings),
+        now=now,
     )
-    if existing is not None:
-        now = runtime.clock.now()
-        replay = _replay(existing, fingerprint, now)
-        # A replay takes nothing; its RateLimit headers show the window as it stands, read in
-        # this same read.
-        current = yield from quotas.current_status.plan(
-            account_id=request.account_id, settings=settings, now=now
-        )
-        return replace(replay, quota=current)
+    if found is not None:
+        if proving is not None and not found.key_proven:
+            raise KeyDisproved(accounts.key_refused())
+        return _replayed(found, fingerprint, now)
     hints = runtime.hints if cached else None
     generation = None if hints is None else (yield from generation_plan.plan())
     version, target, policy = yield from facts.plan(request=request, settings=settings)
@@ -396,15 +416,21 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     whose accept program stopped (its Idempotency-Key was already used, or what it was served
     changed), is done again without memory (`_uncached`), which answers exactly as a call
     that read everything would have."""
-    try:
-        accepted = await _accept(runtime, prepared)
-    except (_Stopped, MercatoError, IntegrityError):
-        if prepared.served is None:
-            raise
-        accepted = await _uncached(runtime, prepared)
     hints = runtime.hints
+    used = (prepared.request.account_id, prepared.request.idempotency_key)
+    try:
+        try:
+            accepted = await _accept(runtime, prepared)
+        except (_Stopped, MercatoError, IntegrityError):
+            if prepared.served is None:
+                raise
+            accepted = await _uncached(runtime, prepared)
+    except (IdempotencyKeyReused, IdempotencyKeyInUse):
+        if hints is not None:  # a replay refused: its key is used, looked up first next time
+            hints.used.add(used)
+        raise
     if hints is not None:  # its key is used now: a replay of it looks it up first
-        hints.used.add((prepared.request.account_id, prepared.request.idempotency_key))
+        hints.used.add(used)
     if isinstance(accepted, InvokeResult):
         return accepted
     invocation_id, owner, quota = accepted
@@ -482,15 +508,21 @@ async def _accept(
             raise _Stopped  # the key was used already, or what was served changed
         # A concurrent request with the same key was accepted first (the program stopped at
         # its intent): answer as its replay. A refusal is only final when there is no twin.
+        now = runtime.clock.now()
         async with adb.read() as conn:
-            twin = await invocations.find_by_key.aio(
-                conn, account_id=request.account_id, idempotency_key=request.idempotency_key
+            twin = await invocations.find_replay.aio(
+                conn,
+                account_id=request.account_id,
+                idempotency_key=request.idempotency_key,
+                digest=None,
+                default=quotas.default_policy(runtime.settings),
+                now=now,
             )
         if twin is None:
             if refused is not None:
                 raise refused
             raise RuntimeError("the accept program stopped without a twin")
-        return _replay(twin, fingerprint, runtime.clock.now())
+        return _replayed(twin, fingerprint, now)
     return invocation_id, owner, quota
 
 

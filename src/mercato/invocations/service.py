@@ -18,6 +18,7 @@ import orjson
 from sqlalchemy import ColumnElement, Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from mercato.accounts import service as accounts
 from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
@@ -72,6 +73,17 @@ _FIND_BY_KEY = select(*_VIEW_COLUMNS).where(
     _c.account_id == bindparam("account_id"), _c.idempotency_key == bindparam("idempotency_key")
 )
 _GET_VIEW = select(*_VIEW_COLUMNS).where(_c.id == bindparam("id"))
+# A replay's one read (decision 0420): the call, the caller's API key proven (`digest`, NULL
+# when nothing needs proving) and the account's quota window as it stands.
+_REPLAY = quotas.with_window(
+    select(*_VIEW_COLUMNS, accounts.key_proof(bindparam("digest"))).where(
+        _c.account_id == bindparam("account_id"),
+        _c.idempotency_key == bindparam("idempotency_key"),
+    ),
+    _c.account_id,
+    bindparam("default_policy"),
+)
+_VIEW_WIDTH = len(_VIEW_COLUMNS)
 
 
 def _view(row: Sequence[Any]) -> InvocationView:
@@ -104,6 +116,38 @@ def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView
         (yield Rows(_FIND_BY_KEY, {"account_id": account_id, "idempotency_key": idempotency_key}))
     )
     return None if row is None else _view(row)
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What a replay reads in one statement (`find_replay`)."""
+
+    view: InvocationView
+    quota: QuotaStatus
+    """The account's current window, taking nothing (`quotas.current_status`)."""
+    key_proven: bool
+    """Whether the API key `find_replay` was asked to prove may be used now."""
+
+
+@query
+def find_replay(
+    *, account_id: str, idempotency_key: str, digest: str | None, default: Policy, now: dt.datetime
+) -> Plan[Replayed | None]:
+    """`find_by_key`, and with it, in the same statement, the account's quota window as
+    `quotas.current_status` reads it at `now` and the proof of the API key whose digest is
+    `digest` (`accounts.key_proof`); None when the account has no call with this key."""
+    params = {
+        "account_id": account_id,
+        "idempotency_key": idempotency_key,
+        "digest": digest,
+        "default_policy": default.name,
+    }
+    row = first((yield Rows(_REPLAY, params)))
+    if row is None:
+        return None
+    width = _VIEW_WIDTH
+    quota = quotas.window_status(tuple(row[width + 1 :]), default, now)
+    return Replayed(_view(row[:width]), quota, accounts.key_proven(row[width]))
 
 
 @query

@@ -6,12 +6,14 @@ import datetime as dt
 import threading
 
 import pytest
+from sqlalchemy import Table, bindparam, literal, select
 
 from builders.accounts import make_account
+from mercato.accounts.models import Account
 from mercato.db.runtime import Runtime
 from mercato.quotas import service as quotas
 from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
-from mercato.quotas.schemas import Policy
+from mercato.quotas.schemas import Policy, QuotaStatus
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
 POLICY = Policy("standard", 3, 60)
@@ -129,3 +131,45 @@ def test_a_policy_beyond_what_the_store_holds_is_refused(
             window_seconds=quotas.MAX_WINDOW_SECONDS,
             now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         )
+
+
+def test_with_window_reads_what_current_status_reads(runtime: Runtime) -> None:
+    # A replay reads the window beside its call (decision 0420): the columns `with_window`
+    # adds to another statement say what `current_status` says, whatever the account's policy
+    # and window.
+    accounts_table = Account.__table__
+    assert isinstance(accounts_table, Table)
+    settings = runtime.settings
+    default = quotas.default_policy(settings)
+    statement = quotas.with_window(
+        select(accounts_table.c.id).where(accounts_table.c.id == bindparam("account_id")),
+        accounts_table.c.id,
+        literal(default.name),
+    )
+    account = make_account(runtime.db)
+
+    def both(now: dt.datetime) -> tuple[QuotaStatus, QuotaStatus]:
+        with runtime.db.read() as session:
+            row = session.execute(statement, {"account_id": account}).one()
+            current = quotas.current_status(session, account_id=account, settings=settings, now=now)
+        return quotas.window_status(tuple(row[1:]), default, now), current
+
+    seen: list[QuotaStatus] = []
+    for step in range(6):
+        now = T0 + dt.timedelta(seconds=20 * step)
+        if step == 1:
+            take(runtime, account, now, default)  # the default policy's window
+        if step == 3:
+            with runtime.db.transaction() as session:
+                quotas.set_quota(
+                    session, account_id=account, policy="own", limit=5, window_seconds=30, now=now
+                )
+        if step == 4:
+            take(runtime, account, now, Policy("own", 5, 30))  # the own policy's window
+        read, current = both(now)
+        assert read == current
+        seen.append(read)
+    later = T0 + dt.timedelta(hours=1)  # every window ended: nothing taken in the new one
+    read, current = both(later)
+    assert read == current
+    assert [s.accepted for s in seen] == [0, 1, 1, 0, 1, 1]
