@@ -260,10 +260,36 @@ async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict
         raise sqlalchemy_error(error, sql) from error
     except (asyncpg.InterfaceError, OSError) as error:
         raise sqlalchemy_error(error, sql) from error
+    return _program_answer(bound, record)
+
+
+def _program_answer(bound: _Bound, record: Any) -> dict[str, Any] | None:
     row = bound.prepared.row(record)
     if row[0] == 0:
         return None
     return dict(zip(bound.built.outputs, row[1:], strict=True))
+
+
+async def _fetch_programs(conn: Any, db: PostgresDatabase, run: list[_Bound]) -> list[Any]:
+    """Run several bound programs of one SQL text on `conn`, pipelined (asyncpg `fetchmany`:
+    one round trip for all of them, executed in their order); raises as `_fetch_program`,
+    without saying which program failed."""
+    sql = run[0].sql
+    if db.observed.listeners:
+        db.observed.tell("sql", sql)
+    try:
+        records = await conn.fetchmany(sql, [bound.values for bound in run])
+    except asyncpg.PostgresError as error:
+        if error.sqlstate == _INVALID_TEXT:
+            refused = guarded.parse_refusal(str(error))
+            if refused is not None:
+                raise refused from None
+        raise sqlalchemy_error(error, sql) from error
+    except (asyncpg.InterfaceError, OSError) as error:
+        raise sqlalchemy_error(error, sql) from error
+    if len(records) != len(run):
+        raise sqlalchemy_error(asyncpg.InterfaceError("a money program returned no row"), sql)
+    return [_program_answer(bound, record) for bound, record in zip(run, records, strict=True)]
 
 
 GROUP_MAX = 32
@@ -288,15 +314,17 @@ class _Group:
     `statement()` units of a loop queue their program here, and one task runs the queue:
 
     - one program waiting: it runs alone, in autocommit, as one round trip (no added latency);
-    - several: up to `GROUP_MAX` run one after another in ONE transaction, which first takes
-      the money lock exclusively (`guarded.MONEY_LOCK`; every program takes it shared before
-      any row lock, so no other money statement, of this process or another, interleaves its
-      row locks with the group's: no deadlock), then COMMIT: one flush for all of them. Each
-      program's answer is given only after that COMMIT.
+    - several: up to `GROUP_MAX` run in ONE transaction (those of one SQL text pipelined, in
+      one round trip: `_fetch_programs`), which first takes the money lock exclusively
+      (`guarded.MONEY_LOCK`; every program takes it shared before any row lock, so no other
+      money statement, of this process or another, interleaves its row locks with the
+      group's: no deadlock), then COMMIT: one flush for all of them. Each program's answer
+      is given only after that COMMIT.
     - when a program of a group fails (a refusal, a unique violation, any error), the whole
-      transaction is rolled back (nothing of the group is written), that program runs again
-      alone, in autocommit, and its own answer is the one its caller gets (exactly as without
-      grouping); the others go back to the head of the queue. A COMMIT the server refuses
+      transaction is rolled back (nothing of the group is written), that program (or each
+      program pipelined with it) runs again alone, in autocommit, and its own answer is the
+      one its caller gets (exactly as without grouping); the others go back to the head of
+      the queue. A COMMIT the server refuses
       (the transaction rolled back) runs each program alone; a COMMIT whose outcome is unknown
       (the connection broke) fails every program of the group with that error, as it would
       fail a single statement.
@@ -360,16 +388,28 @@ class _Group:
         healthy = False
         results: list[dict[str, Any] | None] = []
         failed: int | None = None
+        failed_run = 1
         committing = False
         try:
             if observed.listeners:
                 observed.tell("sql", _GROUP_BEGIN)
             await conn.execute(_GROUP_BEGIN)
-            for index, item in enumerate(batch):
+            # The programs of one SQL text go together, pipelined, in their order (a group's
+            # programs are concurrent calls': any serial order is one they could have had).
+            runs: dict[str, list[_Item]] = {}
+            for item in batch:
+                runs.setdefault(item.bound.sql, []).append(item)
+            batch = [item for run in runs.values() for item in run]
+            for run in runs.values():
                 try:
-                    results.append(await _fetch_program(conn, self._db, item.bound))
+                    if len(run) == 1:
+                        results.append(await _fetch_program(conn, self._db, run[0].bound))
+                    else:
+                        bounds = [item.bound for item in run]
+                        results.extend(await _fetch_programs(conn, self._db, bounds))
                 except (guarded.Refused, DBAPIError):
-                    failed = index
+                    failed = len(results)
+                    failed_run = len(run)
                     break
             if failed is not None:
                 if observed.listeners:
@@ -406,10 +446,13 @@ class _Group:
             for item in batch:
                 await self._alone(item)
         else:
-            # Nothing of the group was written: the one that failed gets its own answer
-            # alone; the others run again, next, in their order.
-            self._queue.extendleft(reversed(batch[:failed] + batch[failed + 1 :]))
-            await self._alone(batch[failed])
+            # Nothing of the group was written: the one that failed (or each of the pipelined
+            # ones, one of which failed) gets its own answer alone; the others run again,
+            # next, in their order.
+            failing = batch[failed : failed + failed_run]
+            self._queue.extendleft(reversed(batch[:failed] + batch[failed + failed_run :]))
+            for item in failing:
+                await self._alone(item)
 
 
 def _fail(items: list[_Item], error: BaseException) -> None:

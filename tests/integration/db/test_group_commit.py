@@ -106,6 +106,31 @@ def test_a_program_alone_is_one_round_trip_without_begin(runtime: Runtime) -> No
         assert sent[1][1].startswith("WITH mercato_money AS")
 
 
+def test_a_group_sends_the_programs_of_one_sql_text_together(runtime: Runtime) -> None:
+    # Pipelined (asyncpg `fetchmany`): one send for all of a group's programs of one text,
+    # each still getting its own answer.
+    account = make_account(runtime.db, "pipelined@example.com")
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account, amount=GROUP_MAX, now=utcnow())
+    ops = [_reserve(account, f"p-{i}") for i in range(GROUP_MAX)]
+    sent: list[str] = []
+
+    async def scenario() -> list[Any]:
+        return list(await asyncio.gather(*(_one(runtime, op) for op in ops)))
+
+    with observing(runtime.adb, lambda kind, detail: sent.append(detail)):
+        answers = run_on_fresh_loop(scenario())
+
+    assert all(isinstance(a, dict) for a in answers), answers
+    with runtime.db.read() as session:
+        assert ledger.balances(session, account_id=account).reserved == GROUP_MAX
+        assert checks.run_checks(session).balanced
+    if runtime.db.engine.dialect.name == "postgresql":
+        programs = [s for s in sent if s.startswith("WITH mercato_money AS")]
+        assert sent.count("COMMIT") >= 1
+        assert len(programs) < len(ops)  # sent once per group, not once per program
+
+
 def _unbalanced_entry(refs: guarded.Refs) -> Any:
     values = {
         "id": refs.param("entry", String),
