@@ -138,7 +138,7 @@ def cmd_serve(host: str, port: int, workers: int) -> int:
     if workers == 1:
         from mercato.web.app import create_app
 
-        uvicorn.run(create_app(Runtime.from_settings(settings)), **common)
+        uvicorn.run(create_app(Runtime.from_settings(settings), server=True), **common)
         return 0
     if not settings.prometheus_multiproc_dir:
         # Set before the worker processes start (and import prometheus_client).

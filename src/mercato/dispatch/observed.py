@@ -9,8 +9,9 @@ that no later line can print it literally.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from mercato.core.logs import register_secret
+from mercato.core.logs import log_fields, register_secret
 from mercato.core.metrics import PROVIDER_CALL_LATENCY
 from mercato.dispatch.async_client import AsyncProviderClient
 from mercato.dispatch.client import ProviderClient
@@ -103,13 +104,24 @@ class AsyncObservedProviderClient(AsyncProviderClient):
         return answer
 
 
+# The latency series of each (operation, result), looked up once: both are finite sets (the
+# operations above, a status class or a transport error name).
+_latency: dict[tuple[str, str], Any] = {}
+
+
 def _observe(target: DispatchTarget, method: str, path: str, answer: RawAnswer) -> None:
     operation = _operation(method, path)
     result = _result(answer)
-    PROVIDER_CALL_LATENCY.labels(operation, result).observe(answer.elapsed_ms / 1000.0)
-    log.info(
+    series = _latency.get((operation, result))
+    if series is None:
+        series = _latency[operation, result] = PROVIDER_CALL_LATENCY.labels(operation, result)
+    series.observe(answer.elapsed_ms / 1000.0)
+    # Without the caller lookup `log.info` does (decision 0383): no line carries file or line.
+    log_fields(
+        log,
+        logging.INFO,
         "provider call",
-        extra={
+        {
             "connection_id": target.connection_id,
             "operation": operation,
             "path": path if operation != "artifact" else "/v1/artifacts/{digest}",

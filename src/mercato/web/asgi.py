@@ -21,7 +21,8 @@ _built: dict[str, FastAPI] = {}
 
 
 def create_app_from_env() -> FastAPI:
-    """Configure JSON logging and build the app from the environment's settings."""
+    """Configure JSON logging and build the app from the environment's settings (the app of a
+    server process: `create_app(..., server=True)`)."""
     configure_logging()
     try:
         settings = load_settings()
@@ -30,7 +31,7 @@ def create_app_from_env() -> FastAPI:
         # traceback for any Exception; SystemExit passes through it).
         sys.stderr.write(f"configuration error: {describe_settings_error(exc)}\n")
         raise SystemExit(2) from None
-    return create_app(Runtime.from_settings(settings))
+    return create_app(Runtime.from_settings(settings), server=True)
 
 
 def __getattr__(name: str) -> Any:
