@@ -17,6 +17,7 @@ from builders.accounts import PASSWORD_HASH_MEMORY_KIB, make_account, make_api_k
 from builders.catalog import approve_connection, example_contract, publish
 from builders.event_loops import run_on_fresh_loop
 from builders.invocations import CREDENTIAL, ScriptedProvider
+from mercato.catalog import service as catalog
 from mercato.core.clock import FakeClock, utcnow
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -27,6 +28,7 @@ from mercato.ledger import service as ledger
 from mercato.ledger.models import Reservation
 from mercato.providers import service as providers
 from mercato.providers.models import ProviderConnection
+from mercato.quotas import service as quotas
 from mercato.settings import Settings
 from mercato.web.app import create_app
 from mercato.worker import loops
@@ -43,6 +45,20 @@ CONTRACT = example_contract(
     resultSchema={"type": "object", "required": ["echo"]},
     artifactContract=None,
 )
+
+
+def answer(response: Response) -> tuple[int, bytes | dict[str, Any], dict[str, str]]:
+    """What a caller is answered, to compare two answers: status, body (a problem without its
+    request's own id) and headers (without the request id, the date and the length)."""
+    body: bytes | dict[str, Any] = response.content
+    if response.headers["content-type"].startswith("application/problem+json"):
+        body = {k: v for k, v in response.json().items() if k not in ("instance", "requestId")}
+    headers = {
+        name: value
+        for name, value in response.headers.items()
+        if name not in ("x-request-id", "content-length", "date")
+    }
+    return response.status_code, body, headers
 
 
 @dataclass
@@ -66,7 +82,9 @@ class World:
         service: str = SERVICE,
         api_key: str | None = None,
         headers: dict[str, str] | None = None,
+        client: TestClient | None = None,
     ) -> Response:
+        """POST an invoke through the world's app (or `client`: another app on this world)."""
         sent = {"Authorization": f"Bearer {api_key or self.api_key}"}
         if key is not None:
             sent["Idempotency-Key"] = key
@@ -76,7 +94,7 @@ class World:
             if raw is not None
             else (__import__("json").dumps(body if body is not None else {"n": 1}).encode())
         )
-        return self.client.post(
+        return (client or self.client).post(
             f"/v1/services/{service}/versions/{version}:invoke", content=content, headers=sent
         )
 
@@ -125,6 +143,39 @@ class World:
                 settings=self.runtime.settings,
                 now=utcnow(),
             )
+
+    def accept_without_sending(
+        self,
+        key: str,
+        *,
+        owner: str = "another-process",
+        lease_seconds: float = 30,
+        address: Address | None = None,
+    ) -> str:
+        """A call accepted under `key` by a process (`owner`) that has not sent it: still
+        sending it (its lease is live for `lease_seconds`) or dead since. Its id."""
+        invocation_id = self.runtime.ids.new("inv")
+        body = b'{"n": 1}'
+        with self.runtime.db.transaction() as session:
+            version = catalog.get_invocable_version(session, service_code=SERVICE, version="v1")
+            invocations_service.accept(
+                session,
+                invocation_id=invocation_id,
+                account_id=self.caller_id,
+                channel="API_KEY",
+                idempotency_key=key,
+                fingerprint=invocations_service.fingerprint_of(
+                    service_code=SERVICE, version="v1", body=body
+                ),
+                version=version,
+                payload=body,
+                policy=quotas.default_policy(self.runtime.settings),
+                address=address or self.address(),
+                lease_owner=owner,
+                lease_seconds=lease_seconds,
+                now=self.clock.now(),
+            )
+        return invocation_id
 
     def provider_key(self, invocation_id: str) -> str:
         return f"mercato:{invocation_id}"

@@ -9,14 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from builders.catalog import approve_connection, publish
-from builders.invocation_world import CONTRACT, PRICE, SERVICE, World
+from builders.invocation_world import CONTRACT, PRICE, World
 from builders.invocations import CREDENTIAL, Act, ScriptedProvider
-from mercato.catalog import service as catalog
 from mercato.db.runtime import Runtime
-from mercato.invocations import service as invocations
 from mercato.ledger import service as ledger
 from mercato.providers import service as providers
-from mercato.quotas import service as quotas
 from mercato.worker.runner import run_forever
 
 
@@ -54,31 +51,13 @@ def grant(world: World, points: int) -> None:
 def accept_unsent(world: World, count: int, *, lease_seconds: float = 30) -> list[str]:
     """`count` calls to the world's service accepted by a serve process that died before
     sending them; its lease runs out `lease_seconds` from now."""
-    body = b'{"n": 1}'
-    fingerprint = invocations.fingerprint_of(service_code=SERVICE, version="v1", body=body)
     address = world.address()
-    ids = []
-    for i in range(count):
-        invocation_id = world.runtime.ids.new("inv")
-        with world.runtime.db.transaction() as session:
-            version = catalog.get_invocable_version(session, service_code=SERVICE, version="v1")
-            invocations.accept(
-                session,
-                invocation_id=invocation_id,
-                account_id=world.caller_id,
-                channel="API_KEY",
-                idempotency_key=f"unsent-{i}",
-                fingerprint=fingerprint,
-                version=version,
-                payload=body,
-                policy=quotas.default_policy(world.runtime.settings),
-                address=address,
-                lease_owner="dead-process",
-                lease_seconds=lease_seconds,
-                now=world.clock.now(),
-            )
-        ids.append(invocation_id)
-    return ids
+    return [
+        world.accept_without_sending(
+            f"unsent-{i}", owner="dead-process", lease_seconds=lease_seconds, address=address
+        )
+        for i in range(count)
+    ]
 
 
 class WaveProvider(ScriptedProvider):

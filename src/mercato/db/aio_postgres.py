@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
@@ -252,15 +252,22 @@ async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict
         db.observed.tell("sql", sql)
     try:
         record = await conn.fetchrow(sql, *bound.values)
-    except asyncpg.PostgresError as error:
-        if error.sqlstate == _INVALID_TEXT:
-            refused = guarded.parse_refusal(str(error))
-            if refused is not None:
-                raise refused from None
-        raise sqlalchemy_error(error, sql) from error
-    except (asyncpg.InterfaceError, OSError) as error:
-        raise sqlalchemy_error(error, sql) from error
+    except _DRIVER_ERRORS as error:
+        _program_error(error, sql)
     return _program_answer(bound, record)
+
+
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+def _program_error(error: BaseException, sql: str) -> NoReturn:
+    """Raise a money program's driver error: a refusal as `guarded.Refused`, any other in its
+    SQLAlchemy form."""
+    if isinstance(error, asyncpg.PostgresError) and error.sqlstate == _INVALID_TEXT:
+        refused = guarded.parse_refusal(str(error))
+        if refused is not None:
+            raise refused from None
+    raise sqlalchemy_error(error, sql) from error
 
 
 def _program_answer(bound: _Bound, record: Any) -> dict[str, Any] | None:
@@ -279,14 +286,8 @@ async def _fetch_programs(conn: Any, db: PostgresDatabase, run: list[_Bound]) ->
         db.observed.tell("sql", sql)
     try:
         records = await conn.fetchmany(sql, [bound.values for bound in run])
-    except asyncpg.PostgresError as error:
-        if error.sqlstate == _INVALID_TEXT:
-            refused = guarded.parse_refusal(str(error))
-            if refused is not None:
-                raise refused from None
-        raise sqlalchemy_error(error, sql) from error
-    except (asyncpg.InterfaceError, OSError) as error:
-        raise sqlalchemy_error(error, sql) from error
+    except _DRIVER_ERRORS as error:
+        _program_error(error, sql)
     if len(records) != len(run):
         raise sqlalchemy_error(asyncpg.InterfaceError("a money program returned no row"), sql)
     return [_program_answer(bound, record) for bound, record in zip(run, records, strict=True)]

@@ -5,44 +5,17 @@ from __future__ import annotations
 import threading
 
 from builders.event_loops import run_on_fresh_loop
-from builders.invocation_world import SERVICE, World
+from builders.invocation_world import World
 from builders.invocations import retryable, unknown
-from mercato.catalog import service as catalog
-from mercato.core.ids import new_id
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import State
 from mercato.providers import service as providers
-from mercato.quotas import service as quotas
 from mercato.worker import loops
 
 
-def accept_without_sending(world: World, key: str = "crashed") -> str:
-    """What a serve process leaves behind when it dies right after acceptance."""
-    invocation_id = new_id("inv")
-    body = b'{"n": 1}'
-    with world.runtime.db.transaction() as session:
-        version = catalog.get_invocable_version(session, service_code=SERVICE, version="v1")
-        invocations.accept(
-            session,
-            invocation_id=invocation_id,
-            account_id=world.caller_id,
-            channel="API_KEY",
-            idempotency_key=key,
-            fingerprint=invocations.fingerprint_of(service_code=SERVICE, version="v1", body=body),
-            version=version,
-            payload=body,
-            policy=quotas.default_policy(world.runtime.settings),
-            address=world.address(),
-            lease_owner="dead-process",
-            lease_seconds=30,
-            now=world.clock.now(),
-        )
-    return invocation_id
-
-
 def test_live_lease_is_left_alone_and_replay_is_409(world: World) -> None:
-    accept_without_sending(world)
+    world.accept_without_sending("crashed", owner="dead-process")
     assert run_on_fresh_loop(loops.run_once(world.runtime)) == 0
     response = world.invoke({"n": 1}, key="crashed")
     assert response.status_code == 409
@@ -51,7 +24,7 @@ def test_live_lease_is_left_alone_and_replay_is_409(world: World) -> None:
 
 
 def test_crash_after_accept_reconciles_first_then_sends_once(world: World) -> None:
-    invocation_id = accept_without_sending(world)
+    invocation_id = world.accept_without_sending("crashed", owner="dead-process")
     key = world.provider_key(invocation_id)
     world.clock.advance(31)  # the dead process's lease expires
     # A replay now sees a pending call nobody is processing: 202, and nothing is resent.
@@ -65,7 +38,7 @@ def test_crash_after_accept_reconciles_first_then_sends_once(world: World) -> No
 
 
 def test_crash_after_send_settles_from_reconciliation_without_resending(world: World) -> None:
-    invocation_id = accept_without_sending(world)
+    invocation_id = world.accept_without_sending("crashed", owner="dead-process")
     key = world.provider_key(invocation_id)
     with world.runtime.db.read() as session:
         job = invocations.load_job(session, invocation_id=invocation_id)

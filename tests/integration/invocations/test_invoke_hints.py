@@ -7,15 +7,13 @@ charged."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from builders.catalog import hold, release
-from builders.invocation_world import SERVICE, World
+from builders.invocation_world import SERVICE, World, answer
 from mercato.accounts import service as accounts
 from mercato.accounts.models import ApiKey
 from mercato.core.clock import utcnow
@@ -27,38 +25,16 @@ from mercato.quotas import service as quotas
 from mercato.web.app import create_app
 
 
-def problem(response: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+def problem(response: Any) -> tuple[int, bytes | dict[str, Any], dict[str, str]]:
     """What a refusal says: status, body and headers (the request's own id aside)."""
     assert response.headers["content-type"].startswith("application/problem+json"), response.text
-    body = {k: v for k, v in response.json().items() if k not in ("instance", "requestId")}
-    headers = {
-        name: value
-        for name, value in response.headers.items()
-        if name not in ("x-request-id", "content-length", "date")
-    }
-    return response.status_code, body, headers
+    return answer(response)
 
 
 def revoke_keys(world: World) -> None:
     with world.runtime.db.transaction() as session:
         for key_id in session.scalars(select(ApiKey.id)):
             accounts.revoke_api_key(session, key_id=key_id, account_id=None, now=utcnow())
-
-
-@pytest.fixture
-def memoryless(world: World) -> Iterator[TestClient]:
-    """The same app on the same database, keeping nothing in memory: today's answers."""
-    runtime = dataclasses.replace(world.runtime, hints=None)
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
-        yield client
-
-
-def invoke_on(client: TestClient, world: World, key: str, body: bytes = b'{"n":1}') -> Any:
-    return client.post(
-        f"/v1/services/{SERVICE}/versions/v1:invoke",
-        content=body,
-        headers={"Authorization": f"Bearer {world.api_key}", "Idempotency-Key": key},
-    )
 
 
 def test_a_warm_invoke_reads_nothing_before_its_accept(world: World) -> None:
@@ -82,7 +58,7 @@ def test_a_key_revoked_after_a_call_refuses_the_next_one_as_without_memory(
     assert world.invoke(key="first").status_code == 200
     revoke_keys(world)
     refused = world.invoke(key="second")
-    assert problem(refused) == problem(invoke_on(memoryless, world, "second"))
+    assert problem(refused) == problem(world.invoke(key="second", client=memoryless))
     assert refused.status_code == 401 and "ratelimit" not in refused.headers
     assert world.balances() == (90, 0)
     assert len(world.invocations()) == 1
@@ -93,7 +69,7 @@ def test_a_replay_with_a_revoked_key_is_refused(world: World, memoryless: TestCl
     assert world.invoke(key="same").status_code == 200
     revoke_keys(world)
     refused = world.invoke(key="same")
-    assert problem(refused) == problem(invoke_on(memoryless, world, "same"))
+    assert problem(refused) == problem(world.invoke(key="same", client=memoryless))
     assert refused.status_code == 401
     assert world.balances() == (90, 0)
 
@@ -104,7 +80,7 @@ def test_a_hold_placed_after_a_call_refuses_the_next_one(
     assert world.invoke(key="first").status_code == 200
     hold_id = hold(world.runtime, SERVICE)
     refused = world.invoke(key="second")
-    assert problem(refused) == problem(invoke_on(memoryless, world, "second"))
+    assert problem(refused) == problem(world.invoke(key="second", client=memoryless))
     assert refused.status_code == 403 and refused.json()["code"] == "LISTING_UNAVAILABLE"
     assert world.balances() == (90, 0)
     release(world.runtime, hold_id)
@@ -118,7 +94,7 @@ def test_a_connection_changed_after_a_call_refuses_the_next_one(
     assert world.invoke(key="first").status_code == 200
     world.rename_connection()
     refused = world.invoke(key="second")
-    assert problem(refused) == problem(invoke_on(memoryless, world, "second"))
+    assert problem(refused) == problem(world.invoke(key="second", client=memoryless))
     assert refused.status_code == 503 and refused.json()["code"] == "PROVIDER_NOT_APPROVED"
     assert world.balances() == (90, 0)
     assert sum(world.provider.executions.values()) == 1
@@ -162,7 +138,7 @@ def test_a_refusal_before_accept_with_remembered_facts_answers_as_without_memory
     # The same key with another (and oversized) body: the key's reuse is found first.
     raw = b'{"pad":"' + b"x" * 300 + b'"}'
     reused = world.invoke(raw=raw, key="k")
-    assert problem(reused) == problem(invoke_on(memoryless, world, "k", raw))
+    assert problem(reused) == problem(world.invoke(raw=raw, key="k", client=memoryless))
     assert reused.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert world.balances() == (90, 0)
 
@@ -174,18 +150,18 @@ def test_another_process_sees_a_revocation_and_a_hold(world: World) -> None:
         with TestClient(create_app(other), raise_server_exceptions=False) as second:
             first = world.invoke(key="a")
             assert first.status_code == 200
-            assert invoke_on(second, world, "b").status_code == 200  # both remember now
+            assert world.invoke(key="b", client=second).status_code == 200  # both remember now
             # A key the other process accepted: its accept stops at the key, then it replays.
-            replayed = invoke_on(second, world, "a")
+            replayed = world.invoke(key="a", client=second)
             assert (replayed.status_code, replayed.content) == (200, first.content)
             hold_id = hold(other, SERVICE)  # a change made through the other process
             assert world.invoke(key="c").json()["code"] == "LISTING_UNAVAILABLE"
             release(world.runtime, hold_id)
-            assert invoke_on(second, world, "c").status_code == 200
+            assert world.invoke(key="c", client=second).status_code == 200
             revoke_keys(world)
-            refused = invoke_on(second, world, "d")
+            refused = world.invoke(key="d", client=second)
             assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
-            assert invoke_on(second, world, "c").status_code == 401  # its replay too
+            assert world.invoke(key="c", client=second).status_code == 401  # its replay too
             assert world.balances() == (70, 0)
     finally:
         other.db.dispose()

@@ -5,57 +5,22 @@ a replay answers what a process without memory answers, and spends nothing."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from builders.invocation_world import SERVICE, World
+from builders.invocation_world import World, answer
 from builders.invocations import unknown
 from mercato.accounts import service as accounts
 from mercato.accounts.models import ApiKey
-from mercato.catalog import service as catalog
 from mercato.core.clock import utcnow
-from mercato.core.ids import new_id
 from mercato.db.aio import observing
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import Decision
 from mercato.ledger import service as ledger
 from mercato.quotas import service as quotas
-from mercato.web.app import create_app
-
-
-def answer(response: Any) -> tuple[int, bytes | dict[str, Any], dict[str, str]]:
-    """What a caller is answered: status, body (a problem without its request's own id) and
-    headers (without the request id, the date and the length)."""
-    body: bytes | dict[str, Any] = response.content
-    if response.headers["content-type"].startswith("application/problem+json"):
-        body = {k: v for k, v in response.json().items() if k not in ("instance", "requestId")}
-    headers = {
-        name: value
-        for name, value in response.headers.items()
-        if name not in ("x-request-id", "content-length", "date")
-    }
-    return response.status_code, body, headers
-
-
-@pytest.fixture
-def memoryless(world: World) -> Iterator[TestClient]:
-    """The same app on the same database, keeping nothing in memory."""
-    runtime = dataclasses.replace(world.runtime, hints=None)
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
-        yield client
-
-
-def invoke_on(client: TestClient, world: World, key: str, body: bytes = b'{"n": 1}') -> Any:
-    return client.post(
-        f"/v1/services/{SERVICE}/versions/v1:invoke",
-        content=body,
-        headers={"Authorization": f"Bearer {world.api_key}", "Idempotency-Key": key},
-    )
 
 
 def warm(world: World, key: str, body: bytes = b'{"n": 1}') -> Any:
@@ -77,30 +42,6 @@ def statements_of(world: World, call: Any) -> tuple[list[str], list[str]]:
     units = [detail for kind, detail in seen if kind == "unit"]
     sql = [detail for kind, detail in seen if kind == "sql"]
     return units, [s for s in sql if s.strip().upper() not in ("BEGIN", "COMMIT", "ROLLBACK")]
-
-
-def accept_without_sending(world: World, key: str) -> str:
-    """A call accepted by a process that is still sending it (its lease is live)."""
-    invocation_id = new_id("inv")
-    body = b'{"n": 1}'
-    with world.runtime.db.transaction() as session:
-        version = catalog.get_invocable_version(session, service_code=SERVICE, version="v1")
-        invocations.accept(
-            session,
-            invocation_id=invocation_id,
-            account_id=world.caller_id,
-            channel="API_KEY",
-            idempotency_key=key,
-            fingerprint=invocations.fingerprint_of(service_code=SERVICE, version="v1", body=body),
-            version=version,
-            payload=body,
-            policy=quotas.default_policy(world.runtime.settings),
-            address=world.address(),
-            lease_owner="another-process",
-            lease_seconds=30,
-            now=world.clock.now(),
-        )
-    return invocation_id
 
 
 def test_a_warm_replay_is_one_read_of_one_statement(world: World) -> None:
@@ -125,7 +66,7 @@ def test_a_replay_after_a_refund_answers_as_without_memory(
         ledger.refund(session, reservation_id=reservation_id, now=utcnow())
         invocations.mark_refunded(session, invocation_id=invocation_id, now=utcnow())
     replayed = world.invoke({"n": 1}, key="k")
-    assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
     assert replayed.content == first.content  # a replay's body is the first answer's
     receipt = world.get(f"/v1/invocations/{invocation_id}").json()
     assert (receipt["settlement"], receipt["actualSpend"]) == ("REFUNDED", 0)
@@ -149,7 +90,7 @@ def test_a_replay_after_a_staff_resolution_shows_it(world: World, memoryless: Te
             now=world.clock.now(),
         )
     replayed = world.invoke({"n": 1}, key="k")
-    assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
     assert replayed.status_code == 502 and replayed.json()["code"] == "PROVIDER_UNAVAILABLE"
     assert world.balances() == (100, 0)
 
@@ -163,7 +104,7 @@ def test_a_warm_replay_with_a_revoked_key_is_refused_before_anything_else(
         for key_id in session.scalars(select(ApiKey.id)):
             accounts.revoke_api_key(session, key_id=key_id, account_id=None, now=utcnow())
     refused = world.invoke(raw=body, key="k")
-    assert answer(refused) == answer(invoke_on(memoryless, world, "k", body))
+    assert answer(refused) == answer(world.invoke(raw=body, key="k", client=memoryless))
     assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
     assert "ratelimit" not in refused.headers
     assert world.balances() == (90, 0)
@@ -176,7 +117,7 @@ def test_a_warm_replay_of_another_body_is_key_reused_with_the_window(
     units, sql = statements_of(world, lambda: world.invoke({"n": 2}, key="k"))
     assert units == ["read"] and len(sql) == 1, (units, sql)  # its headers read with it
     reused = world.invoke({"n": 2}, key="k")
-    assert answer(reused) == answer(invoke_on(memoryless, world, "k", b'{"n": 2}'))
+    assert answer(reused) == answer(world.invoke(raw=b'{"n": 2}', key="k", client=memoryless))
     assert (reused.status_code, reused.json()["code"]) == (422, "IDEMPOTENCY_KEY_REUSED")
     policy = world.runtime.settings.default_quota_policy
     assert reused.headers["RateLimit"].startswith(f'"{policy}";r=')
@@ -188,7 +129,7 @@ def test_a_replay_while_the_first_is_in_flight_is_in_use(
     world: World, memoryless: TestClient
 ) -> None:
     world.invoke({"n": 5}, key="other")  # the process remembers the caller and the facts
-    invocation_id = accept_without_sending(world, "k")
+    invocation_id = world.accept_without_sending("k")
     first = world.invoke({"n": 1}, key="k")
     hints = world.runtime.hints
     assert hints is not None and (world.caller_id, "k") in hints.used  # refused, yet used
@@ -199,7 +140,7 @@ def test_a_replay_while_the_first_is_in_flight_is_in_use(
         assert (refused.status_code, refused.json()["code"]) == (409, "IDEMPOTENCY_KEY_IN_USE")
         assert refused.json()["invocationId"] == invocation_id
         assert 1 <= int(refused.headers["Retry-After"]) <= 30
-    assert answer(again) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(again) == answer(world.invoke(key="k", client=memoryless))
     assert "RateLimit" in again.headers
     assert world.balances() == (80, 10)  # the call in flight holds its points
 
@@ -215,11 +156,11 @@ def test_the_ratelimit_headers_of_a_replay_show_the_window_as_it_stands(
     assert world.invoke({"n": 2}, key="k2").status_code == 200  # a call takes a slot
     replayed = world.invoke({"n": 1}, key="k")
     assert replayed.headers["RateLimit"].startswith(f'"{policy}";r={limit - 2};')
-    assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
     world.clock.advance(window)  # a new window: nothing taken in it yet
     replayed = world.invoke({"n": 1}, key="k")
     assert replayed.headers["RateLimit"].startswith(f'"{policy}";r={limit};')
-    assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
     with world.runtime.db.transaction() as session:  # the account's own policy from now on
         quotas.set_quota(
             session,
@@ -233,12 +174,12 @@ def test_the_ratelimit_headers_of_a_replay_show_the_window_as_it_stands(
     replayed = world.invoke({"n": 1}, key="k")
     assert replayed.headers["RateLimit-Policy"] == '"tight";q=3;w=3600'
     assert replayed.headers["RateLimit"].startswith('"tight";r=2;')
-    assert answer(replayed) == answer(invoke_on(memoryless, world, "k"))
+    assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
     assert replayed.content == first.content
 
 
 def test_a_key_replayed_before_the_facts_were_remembered_is_known_used(world: World) -> None:
-    accept_without_sending(world, "k")  # another process's call, in flight
+    world.accept_without_sending("k")  # another process's call, in flight
     world.clock.advance(60)  # its lease ran out: a replay answers 202
     assert world.invoke({"n": 1}, key="k").status_code == 202  # nothing remembered yet
     assert world.invoke({"n": 2}, key="fresh").status_code == 200  # the facts remembered now
