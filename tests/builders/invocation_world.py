@@ -144,6 +144,18 @@ class World:
                 now=utcnow(),
             )
 
+    def set_quota(self, *, limit: int, window_seconds: int, policy: str = "tight") -> None:
+        """Give the caller its own quota policy, from now on."""
+        with self.runtime.db.transaction() as session:
+            quotas.set_quota(
+                session,
+                account_id=self.caller_id,
+                policy=policy,
+                limit=limit,
+                window_seconds=window_seconds,
+                now=self.clock.now(),
+            )
+
     def accept_without_sending(
         self,
         key: str,

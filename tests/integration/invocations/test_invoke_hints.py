@@ -21,7 +21,6 @@ from mercato.db.aio import observing
 from mercato.db.hints import Hints
 from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
-from mercato.quotas import service as quotas
 from mercato.web.app import create_app
 
 
@@ -102,15 +101,7 @@ def test_a_connection_changed_after_a_call_refuses_the_next_one(
 
 def test_a_quota_policy_set_after_a_call_governs_the_next_one(world: World) -> None:
     assert world.invoke(key="first").status_code == 200
-    with world.runtime.db.transaction() as session:
-        quotas.set_quota(
-            session,
-            account_id=world.caller_id,
-            policy="tight",
-            limit=1,
-            window_seconds=3600,
-            now=world.clock.now(),
-        )
+    world.set_quota(limit=1, window_seconds=3600)
     taken = world.invoke(key="second")
     assert taken.status_code == 200
     assert taken.headers["RateLimit-Policy"] == '"tight";q=1;w=3600'  # not the remembered one

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from builders.invocation_world import World
-from mercato.quotas import service as quotas
 
 
 def test_n_plus_one_keys_one_429_and_replays_do_not_count(world: World) -> None:
-    with world.runtime.db.transaction() as session:
-        quotas.set_quota(
-            session,
-            account_id=world.caller_id,
-            policy="tight",
-            limit=3,
-            window_seconds=60,
-            now=world.clock.now(),
-        )
+    world.set_quota(limit=3, window_seconds=60)
     accepted = [world.invoke({"n": i}, key=f"k{i}") for i in range(3)]
     assert [r.status_code for r in accepted] == [200, 200, 200]
     assert accepted[-1].headers["RateLimit"].startswith('"tight";r=0;t=')

@@ -20,7 +20,6 @@ from mercato.db.aio import observing
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import Decision
 from mercato.ledger import service as ledger
-from mercato.quotas import service as quotas
 
 
 def warm(world: World, key: str, body: bytes = b'{"n": 1}') -> Any:
@@ -161,15 +160,7 @@ def test_the_ratelimit_headers_of_a_replay_show_the_window_as_it_stands(
     replayed = world.invoke({"n": 1}, key="k")
     assert replayed.headers["RateLimit"].startswith(f'"{policy}";r={limit};')
     assert answer(replayed) == answer(world.invoke(key="k", client=memoryless))
-    with world.runtime.db.transaction() as session:  # the account's own policy from now on
-        quotas.set_quota(
-            session,
-            account_id=world.caller_id,
-            policy="tight",
-            limit=3,
-            window_seconds=3600,
-            now=world.clock.now(),
-        )
+    world.set_quota(limit=3, window_seconds=3600)  # the account's own policy from now on
     assert world.invoke({"n": 3}, key="k3").status_code == 200
     replayed = world.invoke({"n": 1}, key="k")
     assert replayed.headers["RateLimit-Policy"] == '"tight";q=3;w=3600'
