@@ -667,10 +667,14 @@ class PostgresStore(Store):
             self.opening -= 1
             raise
         self.all.append(conn)
+        # Named: with the statement cache off, asyncpg prepares an unnamed statement, which
+        # the next statement on the connection replaces, so every execution sent the whole
+        # text again (Parse) and the server parsed, analysed and planned it again each time.
         prepared = {
-            name: await conn.prepare(statement.sql) for name, statement in self.statements.items()
+            name: await conn.prepare(statement.sql, name=f"leanest_{name}")
+            for name, statement in self.statements.items()
         }
-        prepared["find"] = await conn.prepare(_FIND.format("$1", "$2"))
+        prepared["find"] = await conn.prepare(_FIND.format("$1", "$2"), name="leanest_find")
         return conn, prepared
 
     async def _acquire(self) -> tuple[Any, dict[str, Any]]:
