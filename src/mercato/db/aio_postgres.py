@@ -8,8 +8,9 @@ aborts it with SQLSTATE 22P02 and comes back as `guarded.Refused`.
 
 Units of work: `read()` runs in autocommit (no BEGIN: one round trip per statement);
 `transaction()` sends BEGIN, then COMMIT or ROLLBACK; `statement()` hands its money program to
-the loop's group commit (`_Group`, decision 0370): alone it runs in autocommit, one round trip;
-several waiting together commit in one transaction, one WAL flush.
+the loop's group commit (`_Group`, decisions 0370, 0440): alone it runs in autocommit, one round
+trip; several of one SQL text waiting together go pipelined in one round trip and commit in one
+implicit transaction, one WAL flush.
 
 Connections: one small pool per event loop (asyncpg connections belong to the loop that opened
 them, and a Runtime is used from several loops over its life in tests), made lazily inside the
@@ -277,25 +278,8 @@ def _program_answer(bound: _Bound, record: Any) -> dict[str, Any] | None:
     return dict(zip(bound.built.outputs, row[1:], strict=True))
 
 
-async def _fetch_programs(conn: Any, db: PostgresDatabase, run: list[_Bound]) -> list[Any]:
-    """Run several bound programs of one SQL text on `conn`, pipelined (asyncpg `fetchmany`:
-    one round trip for all of them, executed in their order); raises as `_fetch_program`,
-    without saying which program failed."""
-    sql = run[0].sql
-    if db.observed.listeners:
-        db.observed.tell("sql", sql)
-    try:
-        records = await conn.fetchmany(sql, [bound.values for bound in run])
-    except _DRIVER_ERRORS as error:
-        _program_error(error, sql)
-    if len(records) != len(run):
-        raise sqlalchemy_error(asyncpg.InterfaceError("a money program returned no row"), sql)
-    return [_program_answer(bound, record) for bound, record in zip(run, records, strict=True)]
-
-
 GROUP_MAX = 32
 """At most this many money programs commit together."""
-_GROUP_BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({guarded.MONEY_LOCK})"
 
 
 class _Item:
@@ -307,28 +291,31 @@ class _Item:
 
 
 class _Group:
-    """Group commit of one event loop's money programs (decision 0370).
+    """Group commit of one event loop's money programs (decisions 0370, 0411, 0440).
 
     A money program locks rows every concurrent call of an account (its balances, its quota
     window) or every settle (the platform's revenue) must lock too, and holds them until its
     COMMIT has been flushed to disk: on one hot row, one program per WAL flush. So the
-    `statement()` units of a loop queue their program here, and one task runs the queue:
+    `statement()` units of a loop queue their program here, and one task runs the queue, a
+    batch of at most `GROUP_MAX` at a time:
 
-    - one program waiting: it runs alone, in autocommit, as one round trip (no added latency);
-    - several: up to `GROUP_MAX` run in ONE transaction (those of one SQL text pipelined, in
-      one round trip: `_fetch_programs`), which first takes the money lock exclusively
-      (`guarded.MONEY_LOCK`; every program takes it shared before any row lock, so no other
-      money statement, of this process or another, interleaves its row locks with the
-      group's: no deadlock), then COMMIT: one flush for all of them. Each program's answer
-      is given only after that COMMIT.
-    - when a program of a group fails (a refusal, a unique violation, any error), the whole
-      transaction is rolled back (nothing of the group is written), that program (or each
-      program pipelined with it) runs again alone, in autocommit, and its own answer is the
-      one its caller gets (exactly as without grouping); the others go back to the head of
-      the queue. A COMMIT the server refuses
-      (the transaction rolled back) runs each program alone; a COMMIT whose outcome is unknown
-      (the connection broke) fails every program of the group with that error, as it would
-      fail a single statement.
+    - the programs of one SQL text (every accept, every settle: only the values differ) go
+      together in ONE asyncpg `fetchmany`, in autocommit: pipelined, one round trip, and one
+      implicit transaction (one Sync for all: all commit, one WAL flush, or none does). Their
+      text is the program's with the money lock taken exclusively (`guarded.exclusive`; every
+      program takes it first, shared when alone, before any row lock), so no other money
+      statement, of this process or another, interleaves its row locks with the group's: no
+      deadlock. The lock is held from the group's first program to its commit, all inside the
+      server: no round trip to this process while other processes' programs wait for it.
+      Each program's answer is given only after that commit (asyncpg returns at the Sync).
+    - a text with one program in the batch runs alone, in autocommit (one round trip, the lock
+      shared: nothing added at one client). The texts of a batch run side by side, each on a
+      connection of its own (they meet at the lock in the server, one after another).
+    - when the server reports an error for a group (a refusal, a unique violation, a refused
+      commit, any error), nothing of it was written (its one transaction rolled back): each of
+      its programs runs again alone, and its own answer is the one its caller gets (exactly as
+      without grouping). When the outcome is unknown (the connection broke), every program of
+      the group fails with that error, as it would fail a single statement.
     """
 
     def __init__(self, db: PostgresDatabase, pool: _Pool) -> None:
@@ -336,6 +323,7 @@ class _Group:
         self._pool = pool
         self._queue: collections.deque[_Item] = collections.deque()
         self._task: asyncio.Task[None] | None = None
+        self._exclusive: dict[str, str] = {}
 
     async def submit(self, bound: _Bound) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()
@@ -349,16 +337,19 @@ class _Group:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                batch: list[_Item] = []
-                while self._queue and len(batch) < GROUP_MAX:
+                runs: dict[str, list[_Item]] = {}
+                taken = 0
+                while self._queue and taken < GROUP_MAX:
                     item = self._queue.popleft()
                     if not item.future.done():  # its caller was cancelled before it ran
-                        batch.append(item)
+                        runs.setdefault(item.bound.sql, []).append(item)
+                        taken += 1
+                batch = [item for run in runs.values() for item in run]
                 try:
-                    if len(batch) == 1:
-                        await self._alone(batch[0])
-                    elif batch:
-                        await self._together(batch)
+                    if len(runs) == 1:
+                        await self._run(batch)
+                    elif runs:
+                        await asyncio.gather(*(self._run(run) for run in runs.values()))
                 except BaseException as error:  # a bug here must not leave callers waiting
                     _fail(batch, error)
                     if not isinstance(error, Exception):
@@ -367,6 +358,12 @@ class _Group:
                         raise
         finally:
             self._task = None
+
+    async def _run(self, run: list[_Item]) -> None:
+        if len(run) == 1:
+            await self._alone(run[0])
+        else:
+            await self._together(run)
 
     async def _once(self, bound: _Bound) -> dict[str, Any] | None:
         """One program alone, in autocommit."""
@@ -382,78 +379,42 @@ class _Group:
         if not item.future.done():
             item.future.set_result(result)
 
-    async def _together(self, batch: list[_Item]) -> None:
+    async def _together(self, run: list[_Item]) -> None:
+        """Programs of one SQL text, pipelined in one implicit transaction (see the class)."""
         pool = self._pool
-        observed = self._db.observed
+        text = run[0].bound.sql
+        sql = self._exclusive.get(text)
+        if sql is None:
+            sql = self._exclusive[text] = guarded.exclusive(text)
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
         conn = await pool.acquire()
         healthy = False
-        results: list[dict[str, Any] | None] = []
-        failed: int | None = None
-        failed_run = 1
-        committing = False
         try:
-            if observed.listeners:
-                observed.tell("sql", _GROUP_BEGIN)
-            await conn.execute(_GROUP_BEGIN)
-            # The programs of one SQL text go together, pipelined, in their order (a group's
-            # programs are concurrent calls': any serial order is one they could have had).
-            runs: dict[str, list[_Item]] = {}
-            for item in batch:
-                runs.setdefault(item.bound.sql, []).append(item)
-            batch = [item for run in runs.values() for item in run]
-            for run in runs.values():
-                try:
-                    if len(run) == 1:
-                        results.append(await _fetch_program(conn, self._db, run[0].bound))
-                    else:
-                        bounds = [item.bound for item in run]
-                        results.extend(await _fetch_programs(conn, self._db, bounds))
-                except (guarded.Refused, DBAPIError):
-                    failed = len(results)
-                    failed_run = len(run)
-                    break
-            if failed is not None:
-                if observed.listeners:
-                    observed.tell("sql", "ROLLBACK")
-                await conn.execute("ROLLBACK")
-                healthy = True
-            else:
-                if observed.listeners:
-                    observed.tell("sql", "COMMIT")
-                committing = True
-                try:
-                    await conn.execute("COMMIT")
-                except asyncpg.PostgresError:  # the server rolled the group back
-                    healthy = not conn.is_in_transaction()
-                    failed = -1
-                else:
-                    healthy = True
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
-            healthy = False
-            if committing:  # whether the COMMIT was applied is unknown, as for one statement
-                _fail(batch, sqlalchemy_error(error, "COMMIT"))
-                return
-            failed = -1  # BEGIN or ROLLBACK failed: nothing of the group was written
+            records = await conn.fetchmany(sql, [item.bound.values for item in run])
+            healthy = True
+        except asyncpg.PostgresError:  # the server rolled the group back: nothing written
+            healthy = not conn.is_in_transaction()
+            records = None
+        except (asyncpg.InterfaceError, OSError) as error:  # whether it committed is unknown
+            _fail(run, sqlalchemy_error(error, sql))
+            return
         except BaseException as error:
             healthy = _fit_after(error)
             raise
         finally:
             pool.release(conn, healthy)
-        if failed is None:
-            for item, result in zip(batch, results, strict=True):
-                if not item.future.done():
-                    item.future.set_result(result)
-        elif failed < 0:
-            for item in batch:
+        if records is None:
+            for item in run:
                 await self._alone(item)
-        else:
-            # Nothing of the group was written: the one that failed (or each of the pipelined
-            # ones, one of which failed) gets its own answer alone; the others run again,
-            # next, in their order.
-            failing = batch[failed : failed + failed_run]
-            self._queue.extendleft(reversed(batch[:failed] + batch[failed + failed_run :]))
-            for item in failing:
-                await self._alone(item)
+            return
+        if len(records) != len(run):  # committed, yet not one row per program
+            missing = asyncpg.InterfaceError("a money program returned no row")
+            _fail(run, sqlalchemy_error(missing, sql))
+            return
+        for item, record in zip(run, records, strict=True):
+            if not item.future.done():
+                item.future.set_result(_program_answer(item.bound, record))
 
 
 def _fail(items: list[_Item], error: BaseException) -> None:

@@ -102,8 +102,10 @@ REFUSAL_TAG = "mercato-refusal"
 MONEY_LOCK = int.from_bytes(b"mercato", "big")
 """The PostgreSQL advisory lock key of the money statements: each program takes it shared
 (its first CTE, before any row lock); a group commit of several programs in one transaction
-(`mercato.db.aio_postgres`) takes it exclusively first (decision 0370)."""
+(`mercato.db.aio_postgres`) takes it exclusively first (decisions 0370, 0440: `exclusive`)."""
 _MONEY_LOCK_CTE = "mercato_money"
+_SHARED_LOCK = f"pg_advisory_xact_lock_shared({MONEY_LOCK})"
+_EXCLUSIVE_LOCK = f"pg_advisory_xact_lock({MONEY_LOCK})"
 _REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
 _INVALID_TEXT = "22P02"
 
@@ -351,6 +353,16 @@ def _compile_one_statement(
     columns = [ctes[s].c[c].label(f"{s}__{c}") for s, c in program.outputs]
     statement = select(ok.c.mercato_ok, *columns).select_from(joined).add_cte(*ctes.values())
     return Compiled("postgresql", outputs, fresh, statement=statement)
+
+
+def exclusive(sql: str) -> str:
+    """A PostgreSQL program's SQL text (as compiled for a driver) taking the money lock
+    exclusively instead of shared: the text a group commit pipelines (decision 0440). Nothing
+    else of the statement changes (the lock is re-entrant: every program of a group takes it
+    again in the group's one transaction)."""
+    if sql.count(_SHARED_LOCK) != 1 or _EXCLUSIVE_LOCK in sql:
+        raise ValueError("not a money program's SQL: its first CTE takes the money lock shared")
+    return sql.replace(_SHARED_LOCK, _EXCLUSIVE_LOCK, 1)
 
 
 def _tag(step: Step, refs: Refs, cte: CTE) -> Any:

@@ -1,7 +1,8 @@
-"""Money programs of concurrent `statement()` units (decision 0370).
+"""Money programs of concurrent `statement()` units (decisions 0370, 0440).
 
-On PostgreSQL the programs waiting together commit in one transaction (one WAL flush for all);
-a program that fails there gets its own answer alone and the others run again. Whatever the
+On PostgreSQL the programs of one SQL text waiting together go pipelined and commit in one
+implicit transaction (one WAL flush for all), taking the money lock exclusively; when the
+server refuses that transaction, each of its programs gets its own answer alone. Whatever the
 grouping, every caller gets the answer it would get alone, and the ledger is the one a serial
 run leaves. On SQLite each unit is its own transaction; the same outcomes are asserted.
 """
@@ -83,10 +84,12 @@ def test_concurrent_programs_get_their_own_answers_and_the_ledger_a_serial_run(
     assert (balances.available, balances.reserved) == (0, POINTS)
     assert report.balanced, report.problems
     if runtime.db.engine.dialect.name == "postgresql":
-        begins = [s for s in sent if s.startswith("BEGIN; SELECT pg_advisory_xact_lock")]
-        assert begins, "no group formed"
-        assert "ROLLBACK" in sent  # the refusals after the last point rolled their group back
-        assert len(begins) < len(ops)
+        groups = [s for s in sent if _EXCLUSIVE in s]
+        alone = [s for s in sent if _SHARED in s]
+        assert groups, "no group formed"
+        # the refusals after the last point rolled their group back: its programs ran alone
+        assert len(alone) >= GROUP_MAX
+        assert len(groups) < len(ops)
 
 
 def test_a_program_alone_is_one_round_trip_without_begin(runtime: Runtime) -> None:
@@ -127,27 +130,40 @@ def test_a_group_sends_the_programs_of_one_sql_text_together(runtime: Runtime) -
         assert checks.run_checks(session).balanced
     if runtime.db.engine.dialect.name == "postgresql":
         programs = [s for s in sent if s.startswith("WITH mercato_money AS")]
-        assert sent.count("COMMIT") >= 1
+        assert any(_EXCLUSIVE in s for s in programs)  # a group: the money lock exclusive
+        # its one transaction is implicit (one Sync): no round trip for BEGIN or COMMIT, so
+        # the lock is never held while the server waits for this process (decision 0440)
+        assert not [s for s in sent if s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))]
         assert len(programs) < len(ops)  # sent once per group, not once per program
 
 
-def _unbalanced_entry(refs: guarded.Refs) -> Any:
-    values = {
-        "id": refs.param("entry", String),
-        "transfer_id": refs.param("transfer", String),
-        "ledger_account_id": refs.param("ledger_account", String),
-        "amount": refs.param("amount", BigInteger),
-    }
-    return guarded.insert_select(refs, rules.ENTRIES, values).returning(rules.ENTRIES.c.id)
+def _entry(leg: str) -> Any:
+    def build(refs: guarded.Refs) -> Any:
+        values = {
+            "id": refs.param(f"entry_{leg}", String),
+            "transfer_id": refs.param("transfer", String),
+            "ledger_account_id": refs.param("ledger_account", String),
+            "amount": refs.param(f"amount_{leg}", BigInteger),
+        }
+        return guarded.insert_select(refs, rules.ENTRIES, values).returning(rules.ENTRIES.c.id)
+
+    return build
 
 
-_UNBALANCED = guarded.Program("test-unbalanced-entry", (guarded.Step("bad", _unbalanced_entry),))
+# Two entries on one transfer: balanced when the amounts cancel, refused at COMMIT (a deferred
+# check) when they do not. One SQL text either way.
+_ENTRIES = guarded.Program(
+    "test-two-entries", (guarded.Step("a", _entry("a")), guarded.Step("b", _entry("b")))
+)
+_EXCLUSIVE = f"pg_advisory_xact_lock({guarded.MONEY_LOCK})"
+_SHARED = f"pg_advisory_xact_lock_shared({guarded.MONEY_LOCK})"
 
 
 @pytest.mark.postgres_only
 def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtime) -> None:
-    # One program of the group leaves a transfer unbalanced: the deferred check refuses the
-    # group's COMMIT. Each program then runs alone: only that one fails.
+    # One program of a group leaves a transfer unbalanced: the deferred check refuses the
+    # group's commit. Each program of that group then runs alone: only that one fails; the
+    # reserves (another SQL text: another group, another transaction) are not touched.
     account = make_account(runtime.db, "commit@example.com")
     with runtime.db.transaction() as session:
         transfer = ledger.grant(session, account_id=account, amount=POINTS, now=utcnow())
@@ -156,16 +172,22 @@ def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtim
                 LedgerAccount.owner == account, LedgerAccount.kind == "available"
             )
         )
-    bad = Run(
-        _UNBALANCED,
-        {
-            "entry": "ent_unbalanced",
-            "transfer": transfer,
-            "ledger_account": ledger_account,
-            "amount": 7,
-        },
-    )
-    ops = [_reserve(account, f"c-{i}") for i in range(5)] + [bad]
+
+    def entries(name: str, a: int, b: int) -> Run:
+        return Run(
+            _ENTRIES,
+            {
+                "entry_a": f"ent_{name}_a",
+                "entry_b": f"ent_{name}_b",
+                "transfer": transfer,
+                "ledger_account": ledger_account,
+                "amount_a": a,
+                "amount_b": b,
+            },
+        )
+
+    ops = [_reserve(account, f"c-{i}") for i in range(5)]
+    ops += [entries("good", 7, -7), entries("bad", 7, -6)]
     sent: list[str] = []
 
     async def scenario() -> list[Any]:
@@ -180,9 +202,13 @@ def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtim
     with observing(runtime.adb, lambda kind, detail: sent.append(detail)):
         answers = run_on_fresh_loop(scenario())
 
-    assert all(isinstance(a, dict) for a in answers[:5]), answers
-    assert isinstance(answers[5], DBAPIError) and "does not balance" in str(answers[5])
-    assert sent.count("COMMIT") == 1  # the one group, refused; then each alone
+    assert all(isinstance(a, dict) for a in answers[:6]), answers
+    assert isinstance(answers[6], DBAPIError) and "does not balance" in str(answers[6])
+    programs = [s for s in sent if s.startswith("WITH mercato_money AS")]
+    entry_sends = [s for s in programs if "reserve_hold" not in s]  # the reserves' first step
+    grouped = [s for s in entry_sends if _EXCLUSIVE in s]
+    assert len(grouped) == 1  # the one group, refused: then each of its two alone
+    assert len(entry_sends) - len(grouped) == 2
     with runtime.db.read() as session:
         assert checks.run_checks(session).balanced
         assert ledger.balances(session, account_id=account).reserved == 5

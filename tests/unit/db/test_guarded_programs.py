@@ -75,3 +75,17 @@ def test_a_refusal_tag_is_read_back(
 
 def test_an_unrelated_error_is_not_a_refusal() -> None:
     assert guarded.parse_refusal('invalid input syntax for type integer: "abc"') is None
+
+
+def test_a_group_takes_the_money_lock_exclusively_and_changes_nothing_else() -> None:
+    from mercato.db.aio_postgres import asyncpg_dialect
+
+    sql = str(guarded.compiled(money.ACCEPT, "postgresql").sql(asyncpg_dialect())[0])
+    grouped = guarded.exclusive(sql)
+    shared = f"pg_advisory_xact_lock_shared({guarded.MONEY_LOCK})"
+    assert sql.count(shared) == 1 and shared not in grouped
+    assert grouped.replace(f"pg_advisory_xact_lock({guarded.MONEY_LOCK})", shared) == sql
+    with pytest.raises(ValueError, match="money lock"):
+        guarded.exclusive("SELECT 1")
+    with pytest.raises(ValueError, match="money lock"):
+        guarded.exclusive(grouped)
