@@ -39,6 +39,8 @@ from mercato.web.edge import checked
 from mercato.web.limits import limited
 from mercato.web.observe import REQUEST_ID_HEADER, RequestLog
 
+_REQUEST_ID_NAME = REQUEST_ID_HEADER.lower().encode("latin-1")
+
 
 class Front:
     """ASGI middleware: the request context, the body caps, the edge checks and the invoke
@@ -58,12 +60,17 @@ class Front:
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 500
+        echoed = (_REQUEST_ID_NAME, request_id.encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                headers = message["headers"]
+                if any(name == _REQUEST_ID_NAME for name, _value in headers):
+                    MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                else:  # what MutableHeaders does when the answer has no such header yet
+                    message["headers"] = [*headers, echoed]
             await send(message)
 
         try:
