@@ -11,8 +11,12 @@ same call again and again by `--clients` closed-loop clients (every answer must 
 - `--mode cpu`: serve runs bare; per window the user+system CPU of serve and, on PostgreSQL,
   of the database's server processes (`pg_stat_activity` of the bench database), per replay.
 
+With `--profile PREFIX` (cpu mode), py-spy records serve during the first window of each
+process, as raw collapsed stacks in `PREFIX-<tree>-<key>.txt` (py-spy from PyPI, in the venv).
+
     python -m bench.replays [--stores postgresql,sqlite] [--mode instr|cpu] [--clients 2]
         [--warmup 500] [--seconds 5] [--windows 2] [--rounds 1] [--tree LABEL=PATH ...]
+        [--profile PREFIX]
 """
 
 from __future__ import annotations
@@ -118,9 +122,7 @@ def measure(
                 raise RuntimeError(f"first call: {first.status_code} {first.text}")
             warmed = 0
             while warmed < options.warmup:
-                load = run_load(
-                    url, factory, concurrency=options.clients, duration=1.0, warmup=0.0
-                )
+                load = run_load(url, factory, concurrency=options.clients, duration=1.0, warmup=0.0)
                 warmed += load.answered
             if options.mode == "instr":
                 _callgrind(child.pid, "--instr=on")
@@ -135,10 +137,22 @@ def measure(
                 spy = None
                 if options.profile and n == 0:
                     spy = subprocess.Popen(
-                        [options.py_spy, "record", "-p", str(child.pid), "-r", "200",
-                         "-d", str(int(options.seconds)), "-f", "raw", "-o",
-                         f"{options.profile}-{label}-{runner.seeded.api_key[-4:]}.txt"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        [
+                            options.py_spy,
+                            "record",
+                            "-p",
+                            str(child.pid),
+                            "-r",
+                            "200",
+                            "-d",
+                            str(int(options.seconds)),
+                            "-f",
+                            "raw",
+                            "-o",
+                            f"{options.profile}-{label}-{runner.seeded.api_key[-4:]}.txt",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                     )
                 result = run_load(
                     url,
@@ -178,7 +192,12 @@ def measure(
     if pg_per:
         line += "  | postgres µs/replay: " + " ".join(f"{p:.1f}" for p in pg_per)
     print(line, file=sys.stderr, flush=True)
-    return {"replays": answered_all, "per_replay": per, "pg_per_replay": pg_per, "sys_per_replay": sys_per}
+    return {
+        "replays": answered_all,
+        "per_replay": per,
+        "pg_per_replay": pg_per,
+        "sys_per_replay": sys_per,
+    }
 
 
 def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
