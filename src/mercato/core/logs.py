@@ -19,9 +19,10 @@ import math
 import re
 import sys
 import threading
+import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -179,12 +180,40 @@ def sane_request_id(value: str | None) -> str | None:
 def log_fields(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
     """`logger.log(level, msg, extra=fields)`, without looking up the caller's file and line
     (a walk up the stack per line): no line carries them (`JsonFormatter`), and the record
-    names them as logging does when it cannot find them."""
+    names them as logging does when it cannot find them.
+
+    When the line's one handler is a `JsonHandler` as `json_handler` made it (what
+    `configure_logging` sets up), the handler writes the line from `fields` itself
+    (`JsonHandler.write_fields`): the same line, without a LogRecord (decision 0430)."""
     if logger.isEnabledFor(level):
+        handler = _sole_json_handler(logger, level)
+        if handler is not None and fields.keys().isdisjoint(_STANDARD):
+            handler.write_fields(logger.name, level, msg, fields)
+            return
         record = logger.makeRecord(
             logger.name, level, "(unknown file)", 0, msg, (), None, "(unknown function)", fields
         )
         logger.handle(record)
+
+
+def _sole_json_handler(logger: logging.Logger, level: int) -> JsonHandler | None:
+    """The handler `logger.handle` would give a record of `level` to, when it is the only one
+    it would look at, is a `JsonHandler` as made, and no logger filter could stop the record
+    (`Logger.handle` applies the logger's own filters; `callHandlers` walks the handlers of
+    the logger and its ancestors while they propagate); else None."""
+    if logger.filters or logger.disabled:
+        return None
+    found: logging.Handler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if found is not None:
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    if type(found) is JsonHandler and level >= found.level and found.as_made():
+        return found
+    return None
 
 
 class RequestIdFilter(logging.Filter):
@@ -224,31 +253,9 @@ class RedactingFilter(logging.Filter):
             message = str(record.msg)
         record.args = None
         fields = vars(record)
-        # The message and the `extra` fields' text, checked at once: when nothing in them all
-        # could be scrubbed (`suspect`), no part of them can be, and they are kept as they are;
-        # else each is scrubbed. Values of other types go through `_scrub_value` one by one.
-        texts = [message]
-        named: list[str] = []
         # The `extra` fields: the attributes a plain LogRecord does not have (a set difference,
         # not a loop over every attribute); replacing a value keeps the fields' order.
-        for name in fields.keys() - _STANDARD:
-            if name.startswith("_"):
-                continue
-            value = fields[name]
-            kind = type(value)
-            if kind is str:
-                if not _secret_field(name):
-                    texts.append(value)
-                    named.append(name)
-                    continue
-            elif kind in _PLAIN and (value is None or not _secret_field(name)):
-                continue  # kept as it is, as `_scrub_value` would keep it
-            fields[name] = _scrub_value(name, value)
-        if suspect("\n".join(texts)):
-            message = scrub(message)
-            for name in named:
-                fields[name] = scrub(fields[name])
-        record.msg = message
+        record.msg = _redacted(message, fields, fields.keys() - _STANDARD)
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)))
             record.exc_info = None
@@ -257,6 +264,34 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = scrub(record.stack_info)
         return True
+
+
+def _redacted(message: str, fields: dict[str, Any], names: Iterable[str]) -> str:
+    """`message` scrubbed, and the fields of `fields` named by `names` scrubbed in place.
+
+    The message and the fields' text are checked at once: when nothing in them all could be
+    scrubbed (`suspect`), no part of them can be, and they are kept as they are; else each is
+    scrubbed. Values of other types go through `_scrub_value` one by one."""
+    texts = [message]
+    named: list[str] = []
+    for name in names:
+        if name.startswith("_"):
+            continue
+        value = fields[name]
+        kind = type(value)
+        if kind is str:
+            if not _secret_field(name):
+                texts.append(value)
+                named.append(name)
+                continue
+        elif kind in _PLAIN and (value is None or not _secret_field(name)):
+            continue  # kept as it is, as `_scrub_value` would keep it
+        fields[name] = _scrub_value(name, value)
+    if suspect("\n".join(texts)):
+        message = scrub(message)
+        for name in named:
+            fields[name] = scrub(fields[name])
+    return message
 
 
 _second: tuple[int, str] = (-1, "")  # the last second `timestamp` formatted, and its text
@@ -307,13 +342,60 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+class JsonHandler(logging.StreamHandler[IO[str]]):
+    """A stream handler emitting redacted JSON lines: `RequestIdFilter`, `RedactingFilter`,
+    `JsonFormatter`. `log_fields` hands it its lines' fields directly (`write_fields`) while
+    its filters and formatter are the ones it was made with (`as_made`)."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        super().__init__(stream or sys.stderr)
+        self.addFilter(RequestIdFilter())
+        self.addFilter(RedactingFilter())
+        self.setFormatter(JsonFormatter())
+        self._made = (list(self.filters), self.formatter)
+
+    def as_made(self) -> bool:
+        """Whether its filters and formatter are still the ones it was made with."""
+        filters, formatter = self._made
+        return self.formatter is formatter and self.filters == filters
+
+    def write_fields(self, name: str, level: int, msg: str, fields: dict[str, Any]) -> None:
+        """Write the line `handle` writes for the record `log_fields` would make of `msg` and
+        `fields` (none of which names a LogRecord attribute, `_STANDARD`), at the logger
+        `name`: the filters' work (the request and invocation ids, redaction), then the
+        formatter's, on a dict of the fields instead of a record."""
+        created = time.time()
+        extra = dict(fields)
+        if extra.get("invocation_id") is None:  # RequestIdFilter
+            invocation_id = invocation_id_var.get()
+            if invocation_id is not None:
+                extra["invocation_id"] = invocation_id
+        message = _redacted(str(msg), extra, list(extra))  # RedactingFilter
+        line: dict[str, Any] = {  # JsonFormatter
+            "ts": timestamp(created),
+            "level": logging.getLevelName(level),
+            "logger": name,
+            "msg": message,
+            "request_id": request_id_var.get(),
+        }
+        for key, value in extra.items():
+            if not key.startswith("_") and key not in line:
+                line[key] = value
+        self.acquire()
+        try:
+            self.stream.write(orjson.dumps(line, default=str).decode() + self.terminator)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(logging.LogRecord(name, level, "(unknown file)", 0, msg, (), None))
+        finally:
+            self.release()
+
+
 def json_handler(stream: IO[str] | None = None) -> logging.Handler:
     """A stream handler emitting redacted JSON lines (stderr by default)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.addFilter(RequestIdFilter())
-    handler.addFilter(RedactingFilter())
-    handler.setFormatter(JsonFormatter())
-    return handler
+    return JsonHandler(stream)
 
 
 def configure_logging(level: int | str = logging.INFO, stream: IO[str] | None = None) -> None:

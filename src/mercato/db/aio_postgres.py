@@ -36,7 +36,7 @@ import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.exc import DBAPIError
 
-from mercato.core.ids import bound
+from mercato.core.ids import bind, bound, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
@@ -458,6 +458,37 @@ class _Grouped:
         return await pool.alone(lambda conn: _Connection(db, conn, Unit.TRANSACTION).execute(op))
 
 
+class _ReadUnit:
+    """`PostgresDatabase.read()`: a connection in autocommit for the block, as
+    `_unit(Unit.READ, begin=False)` gives it (nothing to begin or end), written as a class:
+    no generator and no `contextmanager` objects to make and step through per unit (a replay
+    is one read unit; decision 0430)."""
+
+    __slots__ = ("_conn", "_db", "_pool", "_token")
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        self._token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
+        try:
+            if db.observed.listeners:
+                db.observed.tell("unit", Unit.READ.value)
+            pool = self._pool = db._pool()
+            conn = self._conn = await pool.acquire()
+        except BaseException:
+            unbind(self._token)
+            raise
+        return _Connection(db, conn, Unit.READ)
+
+    async def __aexit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
+        try:
+            self._pool.release(self._conn, error is None or _fit_after(error))
+        finally:
+            unbind(self._token)
+
+
 def _fit_after(error: BaseException) -> bool:
     """Whether a connection is fit for reuse after a unit of work ended with `error` (a
     cancelled query leaves the connection in an unknown state: it is discarded)."""
@@ -546,7 +577,7 @@ class PostgresDatabase:
             raise sqlalchemy_error(error, sql) from error
 
     def read(self) -> Any:
-        return self._unit(Unit.READ, begin=False)
+        return _ReadUnit(self)
 
     def transaction(self) -> Any:
         return self._unit(Unit.TRANSACTION, begin=True)

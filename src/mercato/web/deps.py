@@ -97,7 +97,10 @@ async def principal_on(request: Request, conn: AsyncConnection, token: str) -> P
 async def record_key_use(request: Request) -> None:
     """Record the API key's last use that `principal_on` found due, in a transaction of its
     own; call it after the read `principal_on` ran in has ended (see there)."""
-    key_id: str | None = getattr(request.state, "key_use_due", None)
+    # The request's state dict read directly: `getattr(request.state, ..., None)` raises and
+    # formats an AttributeError inside starlette's State for every request that has none due.
+    state = request.scope.get("state")
+    key_id: str | None = None if state is None else state.get("key_use_due")
     if key_id is None:
         return
     request.state.key_use_due = None

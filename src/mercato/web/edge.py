@@ -101,7 +101,7 @@ def head_refusal(scope: Scope) -> Response | None:
     if NUL in scope["path"]:
         return invalid_text(404, "path", _path_parameter(scope))
     query: bytes = scope["query_string"]
-    if any(query.find(marker) != -1 for marker in _FORM_NUL):
+    if query.find(b"%00") != -1 or query.find(b"\x00") != -1:  # _FORM_NUL, no generator
         pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
         name = nul_in_pairs(iter(pairs))
         if name is not None:
@@ -175,16 +175,37 @@ async def _never() -> Message:
     raise RuntimeError("the body was already read")
 
 
+class Replayed:
+    """A `receive` that hands out `messages` first, then the server's own (`_replay`)."""
+
+    __slots__ = ("pending", "receive")
+
+    def __init__(self, messages: list[Message], receive: Receive) -> None:
+        self.pending = list(messages)
+        self.receive = receive
+
+    async def __call__(self) -> Message:
+        if self.pending:
+            return self.pending.pop(0)
+        return await self.receive()
+
+    def take_body(self) -> bytes | None:
+        """The whole body when what is left to hand out is exactly it, in one message (so a
+        reader would get it and then the server's own messages), taken: the next call goes
+        to the server's `receive`, as after a reader had read it. Else None, nothing taken."""
+        if len(self.pending) != 1:
+            return None
+        message = self.pending[0]
+        if message["type"] != "http.request" or message.get("more_body", False):
+            return None
+        self.pending.clear()
+        body: bytes = message.get("body", b"")
+        return body
+
+
 def _replay(messages: list[Message], receive: Receive) -> Receive:
     """A `receive` that hands out `messages` first, then the server's own."""
-    pending = list(messages)
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replayed
+    return Replayed(messages, receive)
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:

@@ -35,9 +35,11 @@ from mercato.core.ids import SYSTEM_IDS, Ids
 from mercato.core.logs import request_id_var
 from mercato.web import problems
 from mercato.web.direct import DirectRoute
-from mercato.web.edge import checked
+from mercato.web.edge import Replayed, checked
 from mercato.web.limits import limited
 from mercato.web.observe import REQUEST_ID_HEADER, RequestLog
+
+_REQUEST_ID_NAME = REQUEST_ID_HEADER.lower().encode("latin-1")
 
 
 class Front:
@@ -58,12 +60,17 @@ class Front:
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 500
+        echoed = (_REQUEST_ID_NAME, request_id.encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                headers = message["headers"]
+                if any(name == _REQUEST_ID_NAME for name, _value in headers):
+                    MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                else:  # what MutableHeaders does when the answer has no such header yet
+                    message["headers"] = [*headers, echoed]
             await send(message)
 
         try:
@@ -76,10 +83,13 @@ class Front:
                 # The route's own answer, or its error's problem document (web/direct.py);
                 # any other exception goes out to the outermost 500 handler.
                 response: Response
+                request = Request(scope, receive, send_with_id)
+                if isinstance(receive, Replayed) and (body := receive.take_body()) is not None:
+                    # The body the edge checks read, as `request.body()` would read it from
+                    # `receive` (Request.stream hands out `_body` once it is set).
+                    request._body = body
                 try:
-                    response = await self.direct.endpoint(
-                        request=Request(scope, receive, send_with_id), **params
-                    )
+                    response = await self.direct.endpoint(request=request, **params)
                 except MercatoError as error:
                     response = problems.from_error(error)
                 except KeyDisproved as disproved:  # a key served from memory (decision 0400)

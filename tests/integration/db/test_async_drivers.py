@@ -474,6 +474,45 @@ def test_each_loop_gets_its_own_connections_and_close_ends_them(runtime: Runtime
 
 
 @pytest.mark.postgres_only
+def test_a_read_unit_keeps_its_connection_after_an_error_and_not_after_a_cancel(
+    runtime: Runtime,
+) -> None:
+    # The read unit is a class of its own (decision 0430); it ends as `_unit` ends one: the
+    # connection goes back after the block, an error leaves it fit, a cancelled statement
+    # (its state unknown) discards it, and the ids the unit bound are unbound either way.
+    from mercato.db.aio_postgres import PostgresDatabase
+
+    adb = PostgresDatabase(runtime.db)
+
+    async def pid() -> int:
+        async with adb.read() as conn:
+            return int((await conn.execute(Rows(_PID)))[0][0])
+
+    async def scenario() -> tuple[int, int, int, int]:
+        first = await pid()
+        with pytest.raises(ZeroDivisionError):
+            async with adb.read() as conn:
+                await conn.execute(Rows(_PID))
+                _ = 1 / 0
+        after_error = await pid()
+        with pytest.raises(asyncio.CancelledError):
+            async with adb.read() as conn:  # as when cancelled in its statement
+                await conn.execute(Rows(_PID))
+                raise asyncio.CancelledError
+        after_cancel = await pid()
+        again = await pid()
+        await adb.close()
+        return first, after_error, after_cancel, again
+
+    outside = new_id("x")
+    first, after_error, after_cancel, again = run_on_fresh_loop(scenario())
+    assert first == after_error  # one connection, kept
+    assert after_cancel != first  # the cancelled one was discarded
+    assert again == after_cancel
+    assert new_id("x")[:2] == outside[:2]  # the system's ids again outside the units
+
+
+@pytest.mark.postgres_only
 def test_a_dead_idle_connection_is_replaced(runtime: Runtime) -> None:
     from mercato.db.aio_postgres import PostgresDatabase
 

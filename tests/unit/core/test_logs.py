@@ -23,6 +23,7 @@ from mercato.core.logs import (
     _folded,
     _scrub_value,
     about_invocation,
+    invocation_id_var,
     json_handler,
     log_fields,
     register_secret,
@@ -309,3 +310,86 @@ def _iso_ms(created: float) -> str:
 def test_the_timestamp_is_datetime_s_to_the_millisecond(created: float) -> None:
     assert timestamp(created) == _iso_ms(created)
     assert timestamp(created) == _iso_ms(created)  # once more from the second's cache
+
+
+# --- log_fields writes its line directly through a JsonHandler as made (decision 0430) ------
+
+_field_names = st.sampled_from(
+    ["note", "path", "status", "password", "invocation_id", "_private", "level", "ts", "x"]
+)
+
+
+def _two_lines(
+    msg: str, fields: dict[str, Any], invocation_id: str | None, request_id: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The line `log_fields` writes through a handler as made (directly) and through one with
+    a pass-through filter added (by a LogRecord, as `logger.handle` does)."""
+    lines = []
+    for direct in (True, False):
+        stream = io.StringIO()
+        logger = logging.getLogger("mercato.test.direct")
+        handler = json_handler(stream)
+        if not direct:
+            handler.addFilter(logging.Filter())
+        logger.handlers = [handler]  # only it (pytest's capture handlers may be added too)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        tokens = (invocation_id_var.set(invocation_id), request_id_var.set(request_id))
+        try:
+            log_fields(logger, logging.INFO, msg, dict(fields))
+        finally:
+            invocation_id_var.reset(tokens[0])
+            request_id_var.reset(tokens[1])
+            logger.handlers = []
+        # One line, or none when the formatter failed (an int beyond 64 bits: orjson refuses
+        # it, and the handler reports the error instead). Split on "\n" only: JSON text may
+        # hold U+2028, which `splitlines` splits on.
+        written = [json.loads(line) for line in stream.getvalue().split("\n") if line]
+        for line in written:
+            line.pop("ts")
+        lines.append(written)
+    return lines[0], lines[1]
+
+
+@given(
+    _texts,
+    st.dictionaries(_field_names, _values, max_size=7),
+    st.one_of(st.none(), st.sampled_from(["inv_1", _SECRET])),
+    st.one_of(st.none(), st.just("req-1")),
+)
+def test_the_direct_line_is_the_line_of_a_record(
+    msg: str, fields: dict[str, Any], invocation_id: str | None, request_id: str | None
+) -> None:
+    direct, recorded = _two_lines(msg, fields, invocation_id, request_id)
+    # the same fields in the same order
+    assert [list(line.items()) for line in direct] == [list(line.items()) for line in recorded]
+    assert _SECRET not in json.dumps(direct)
+
+
+def test_log_fields_makes_no_record_for_a_handler_as_made(
+    capture: tuple[logging.Logger, io.StringIO], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = capture
+
+    def no_record(*_args: Any, **_kwargs: Any) -> logging.LogRecord:
+        raise AssertionError("a LogRecord was made")
+
+    monkeypatch.setattr(logger, "makeRecord", no_record)
+    # pytest's own capture handlers may sit on the logger too: only the JsonHandler here
+    monkeypatch.setattr(logger, "handlers", logger.handlers[:1])
+    log_fields(logger, logging.INFO, "request", {"status": 200, "note": "Bearer abc"})
+    (line,) = _lines(stream)
+    assert (line["msg"], line["status"], line["note"]) == ("request", 200, f"Bearer {REDACTED}")
+
+
+def test_log_fields_hands_a_record_to_every_handler_when_there_are_more(
+    capture: tuple[logging.Logger, io.StringIO], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = capture
+    other = io.StringIO()
+    monkeypatch.setattr(logger, "handlers", [logger.handlers[0], json_handler(other)])
+    log_fields(logger, logging.INFO, "request", {"status": 200})
+    monkeypatch.setattr(logger, "filters", [logging.Filter("elsewhere")])  # stops the record
+    log_fields(logger, logging.INFO, "request", {"status": 201})
+    assert [line["status"] for line in _lines(stream)] == [200]
+    assert [line["status"] for line in _lines(other)] == [200]

@@ -32,6 +32,10 @@ async def poke(name: str, request: Request) -> Response:
         raise BodyTooLarge(10)
     if body == b"boom":
         raise RuntimeError("boom")
+    if body == b"own-id":  # an answer naming a request id of its own, twice
+        own = Response("own", headers={"X-Request-Id": "mine"})
+        own.raw_headers.append((b"x-request-id", b"again"))
+        return own
     return Response(f"{name}:{request.path_params['name']}:{body.decode()}")
 
 
@@ -128,3 +132,14 @@ def test_the_product_invoke_route_qualifies() -> None:
     app = FastAPI()
     app.include_router(invocations.router)
     assert qualifies(route_of(app.routes, invocations.invoke).original_route)  # type: ignore[arg-type]
+
+
+def test_the_request_id_is_the_last_header_or_replaces_the_answer_s_own() -> None:
+    sent = [("X-Request-Id", "req-given")]
+    plain = _post("/v1/things/x:poke", b"hello", headers=sent).headers.raw
+    assert plain[-1] == (b"x-request-id", b"req-given")
+    assert [name for name, _ in plain].count(b"x-request-id") == 1
+    own = _post("/v1/things/x:poke", b"own-id", headers=sent).headers.raw
+    # as starlette's MutableHeaders sets it: the first one replaced in place, the others gone
+    assert own[0] == (b"x-request-id", b"req-given")
+    assert [name for name, _ in own].count(b"x-request-id") == 1
