@@ -179,7 +179,16 @@ class _Program:
     `s_<step>_<column>`, each set before a later step reads it (so an input of that name,
     had a caller passed one, is never read)."""
 
-    __slots__ = ("built", "consts", "fresh", "makers", "outputs", "program", "steps")
+    __slots__ = (
+        "built",
+        "consts",
+        "fresh",
+        "makers",
+        "outputs",
+        "pick_outputs",
+        "program",
+        "steps",
+    )
 
     def __init__(
         self, program: guarded.Program, built: guarded.Compiled, prepare: Callable[[Any], Prepared]
@@ -193,7 +202,12 @@ class _Program:
             for index, item in enumerate(built.steps)
         )
         self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
-        self.outputs = tuple((name, "s_" + name.replace(".", "_", 1)) for name in built.outputs)
+        self.outputs = built.outputs
+        keys = tuple("s_" + name.replace(".", "_", 1) for name in built.outputs)
+        self.pick_outputs: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            itemgetter(*keys) if len(keys) > 1 else _pick_one(keys[0]) if keys else _pick_none
+        )
+        """The outputs' values from a run's values, in `outputs` order."""
 
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """`aio.program_values` in this program's shape: a fresh id (from the bound ids) for
@@ -319,7 +333,7 @@ class _Connection:
                     )
             for name in step.names:
                 values[name] = None
-        return {name: values[key] for name, key in program.outputs}
+        return dict(zip(program.outputs, program.pick_outputs(values), strict=True))
 
     def _first(
         self, bound: _Bound, values: Mapping[str, Any], done: dict[Any, Any]
