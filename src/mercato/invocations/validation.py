@@ -102,6 +102,8 @@ def fast_valid(validator: Any) -> Check | None:
         return _compile(validator.schema, known, later)
     except _NoProof:
         return None
+    except Exception:  # an odd validator or schema: `jsonschema` alone judges it, as before
+        return None
 
 
 def _compile(schema: Any, known: Any, later: bool) -> Check:

@@ -9,7 +9,7 @@ import jsonschema
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jsonschema import FormatChecker, validators
+from jsonschema import FormatChecker, TypeChecker, validators
 
 from mercato.invocations import flows
 from mercato.invocations.validation import fast_valid
@@ -157,3 +157,6 @@ def test_no_proof_for_what_it_does_not_know() -> None:
         assert fast_valid(validator) is None, schema
     with_formats = jsonschema.Draft202012Validator({}, format_checker=FormatChecker())
     assert fast_valid(with_formats) is None
+    # A validator whose type checker knows no types: no proof (and no error of its own).
+    bare = validators.extend(jsonschema.Draft202012Validator, type_checker=TypeChecker())
+    assert fast_valid(bare({"type": "object"})) is None
