@@ -12,6 +12,7 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any, cast
 
 import orjson
@@ -237,52 +238,50 @@ def accept(
     # shared. The account's balances and its quota window, which every concurrent call of the
     # account waits on, are locked last, right before the commit.
     reservation_id = new_id("res")
-    row = {
-        "id": invocation_id,
-        "account_id": account_id,
-        "idempotency_key": idempotency_key,
-        "fingerprint": fingerprint,
-        "channel": channel,
-        "request_id": request_id,
-        "service_code": version.service_code,
-        "version": version.version,
-        "version_id": version.version_id,
-        "contract_digest": version.contract_digest,
-        "connection_id": version.connection_id,
-        "provider_account_id": version.provider_account_id,
-        "provider_share_bps": version.provider_share_bps,
-        "price": version.price,
-        "has_artifact_contract": version.has_artifact_contract,
-        "response_max_bytes": version.response_max_bytes,
-        "result_schema": version.contract.get("resultSchema", {}),
-        "payload": payload,
-        "provider_key": provider_key_for(invocation_id),
-        "state": State.DISPATCHING.value,
-        "settlement": Settlement.PENDING.value,
-        "reservation_id": reservation_id,
-        "sends": 1,
-        "reconciliations": 0,
-        "next_attempt_at": now,
-        "lease_owner": lease_owner,
-        "lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
-        "created_at": now,
-        "updated_at": now,
-    }
     price = version.price
     ledger.check_reservation(amount=price, reference=invocation_id)
-    params: dict[str, Any] = {f"inv_{name}": value for name, value in row.items()}
     quota = quotas.slot_params(account_id, policy, now)
-    params.update(
-        now=now,
-        connection_revision=address.connection_revision,
-        base_url=address.base_url,
-        credential_digest=address.credential_digest,
-        reserve_amount=price,
-        quota_policy=quota["policy"],
-        quota_window_start=quota["window_start"],
-        quota_limit=quota["limit"],
-        hint_generation=hint_generation,
-    )
+    # The intent row's columns as the program's `inv_<column>` inputs (`money.INTENT_COLUMNS`).
+    params: dict[str, Any] = {
+        "inv_id": invocation_id,
+        "inv_account_id": account_id,
+        "inv_idempotency_key": idempotency_key,
+        "inv_fingerprint": fingerprint,
+        "inv_channel": channel,
+        "inv_request_id": request_id,
+        "inv_service_code": version.service_code,
+        "inv_version": version.version,
+        "inv_version_id": version.version_id,
+        "inv_contract_digest": version.contract_digest,
+        "inv_connection_id": version.connection_id,
+        "inv_provider_account_id": version.provider_account_id,
+        "inv_provider_share_bps": version.provider_share_bps,
+        "inv_price": price,
+        "inv_has_artifact_contract": version.has_artifact_contract,
+        "inv_response_max_bytes": version.response_max_bytes,
+        "inv_result_schema": version.contract.get("resultSchema", {}),
+        "inv_payload": payload,
+        "inv_provider_key": provider_key_for(invocation_id),
+        "inv_state": State.DISPATCHING.value,
+        "inv_settlement": Settlement.PENDING.value,
+        "inv_reservation_id": reservation_id,
+        "inv_sends": 1,
+        "inv_reconciliations": 0,
+        "inv_next_attempt_at": now,
+        "inv_lease_owner": lease_owner,
+        "inv_lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+        "inv_created_at": now,
+        "inv_updated_at": now,
+        "now": now,
+        "connection_revision": address.connection_revision,
+        "base_url": address.base_url,
+        "credential_digest": address.credential_digest,
+        "reserve_amount": price,
+        "quota_policy": quota["policy"],
+        "quota_window_start": quota["window_start"],
+        "quota_limit": quota["limit"],
+        "hint_generation": hint_generation,
+    }
     try:
         accepted = yield Run(money.ACCEPT, params)
     except guarded.Refused as refused:
@@ -575,10 +574,14 @@ def claim_due(
 # --- terminal transitions (with the ledger, in one transaction) --------------------------
 
 
+_FINISHED = itemgetter(*(f"finish.{column.key}" for column in _VIEW_COLUMNS))
+"""A terminal program's outputs that are the invocation's view, in the view's order."""
+
+
 def _concluded(done: dict[str, Any] | None) -> InvocationView | None:
     if done is None:
         return None
-    return _view([done[f"finish.{column.key}"] for column in _VIEW_COLUMNS])
+    return InvocationView(*_FINISHED(done))
 
 
 def _conclude(

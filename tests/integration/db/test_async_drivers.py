@@ -249,6 +249,22 @@ def test_a_held_write_lock_past_the_timeout_is_operational_error(runtime: Runtim
         holder.close()
 
 
+@pytest.mark.sqlite_only
+def test_the_async_connections_checkpoint_the_wal_ten_times_less_often(runtime: Runtime) -> None:
+    """Decision 0436: the serve process's commits checkpoint every 10,000 WAL pages, not 1,000."""
+    from mercato.db.aio_sqlite import WAL_AUTOCHECKPOINT_PAGES, SqliteDatabase
+
+    adb = SqliteDatabase(runtime.db)
+    raw = adb._connect()
+    try:
+        assert raw.execute("PRAGMA wal_autocheckpoint").fetchone() == (10_000,)
+        assert WAL_AUTOCHECKPOINT_PAGES == 10_000
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert raw.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL, as before
+    finally:
+        raw.close()
+
+
 def test_a_refused_program_raises_refused_and_writes_nothing(runtime: Runtime) -> None:
     account = make_account(runtime.db, "poor@example.com")
 
