@@ -28,6 +28,7 @@ Needs valgrind (`callgrind_control`) and the local PostgreSQL of the benchmark.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ from bench.harness import (
     seed,
     wait_until,
 )
-from bench.load import run_load
+from bench.load import RequestFactory, run_load
 
 _TOTALS = re.compile(rb"^totals:\s*(\d+)", re.MULTILINE)
 
@@ -77,6 +79,14 @@ def _dumped_instructions(out_dir: Path, part: int) -> int:
     if found is None:
         raise RuntimeError(f"no totals in {dump}")
     return int(found.group(1))
+
+
+def fresh_factories(runner: Target, tag: str) -> Iterator[RequestFactory]:
+    """A new invoke factory for each load: `run_load` numbers its requests from 0 every time,
+    so one factory reused would repeat its Idempotency-Keys, and every load after the first
+    would count replays, not fresh invokes."""
+    for load in itertools.count():
+        yield invoke_factory(runner, f"{tag}-{load}")
 
 
 def measure(
@@ -109,10 +119,10 @@ def measure(
         child = subprocess.Popen(args, env=run_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: _live(url, child), f"{target} under valgrind", timeout=600)
-            factory = invoke_factory(runner, f"{target}-{out_dir.name}")
+            factories = fresh_factories(runner, f"{target}-{out_dir.name}")
             warmed = 0
             while warmed < warmup:  # counted in invokes: the rate under valgrind varies a lot
-                load = run_load(url, factory, concurrency=clients, duration=2.0, warmup=0.0)
+                load = run_load(url, next(factories), concurrency=clients, duration=2.0, warmup=0.0)
                 warmed += load.answered
             _callgrind(child.pid, "--instr=on")
             statuses: Counter[int] = Counter()
@@ -124,7 +134,12 @@ def measure(
             for _ in range(windows):
                 _callgrind(child.pid, "--zero")
                 result = run_load(
-                    url, factory, concurrency=clients, duration=seconds, warmup=0.0, check=check
+                    url,
+                    next(factories),
+                    concurrency=clients,
+                    duration=seconds,
+                    warmup=0.0,
+                    check=check,
                 )
                 _callgrind(child.pid, "--dump")
                 answered.append(result.answered)
