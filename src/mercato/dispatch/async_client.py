@@ -371,11 +371,12 @@ async def _read_bounded(
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _Stop(ERROR_TOO_LARGE)
+    content = response.content
     chunks: list[bytes] = []
     size = 0
     try:
         while True:
-            chunk = await response.content.readany()
+            chunk = await content.readany()
             if not chunk:
                 break
             size += len(chunk)
@@ -386,6 +387,8 @@ async def _read_bounded(
             # sync client's, so a trickling provider is cut off at the same point.
             if time.monotonic() > deadline:
                 raise _Stop(ERROR_TIMEOUT)
+            if content.at_eof():  # the whole body is in: no further read to learn it
+                break
     except TimeoutError as exc:
         raise _Stop(ERROR_TIMEOUT) from exc
     except (aiohttp.ClientError, OSError) as exc:

@@ -806,3 +806,16 @@ def test_the_request_head_is_exactly_the_platforms_every_header_in_order(tmp_pat
         b"Accept: application/json\r\nAccept-Encoding: identity\r\nUser-Agent: " + agent + b"\r\n"
         b"\r\n",
     ]
+
+
+@pytest.mark.parametrize("seconds", [0.3, 5.0, 12.25])
+def test_one_whole_call_deadline_exact_to_the_second_it_names(
+    tmp_path: Path, seconds: float
+) -> None:
+    """The call's timeout is one deadline over the whole call (connect, every read, the body:
+    the silent and trickle cases above), never rounded up to a whole second as aiohttp rounds
+    deadlines of 5 s and more by default (decision 0445)."""
+    client = AsyncProviderClient(settings(tmp_path))
+    timeout = client._timeout(seconds)
+    assert timeout.total == seconds
+    assert timeout.ceil_threshold > seconds
