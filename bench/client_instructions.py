@@ -83,13 +83,13 @@ async def _child(client: str, url: str, credential: str, calls: int) -> None:
 
         pool = httpcore.AsyncConnectionPool(max_connections=100, max_keepalive_connections=100)
         for n in range(calls):
-            answer = await pool.request(
+            got = await pool.request(
                 "POST",
                 url + "/v1/executions",
-                headers={**headers, "Idempotency-Key": f"{tag}-{n}"},
+                headers=[*headers.items(), ("Idempotency-Key", f"{tag}-{n}")],
                 content=wrapped,
             )
-            assert answer.status == 200
+            assert got.status == 200
         await pool.aclose()
     elif client == "httpx":
         import httpx
