@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import socket
 import ssl
 import time
@@ -174,6 +175,7 @@ class AsyncProviderClient:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
+            headers=_HEADERS,
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             trust_env=False,
@@ -294,9 +296,9 @@ class AsyncProviderClient:
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         found = self._timeouts.get(seconds)
         if found is None:
-            found = aiohttp.ClientTimeout(
-                total=seconds, connect=seconds, sock_connect=seconds, sock_read=seconds
-            )
+            # One deadline for the whole call, exact (no rounding up to a whole second): it
+            # bounds the connect and every read too, as nothing of a call starts before it.
+            found = aiohttp.ClientTimeout(total=seconds, ceil_threshold=math.inf)
             if len(self._timeouts) >= 64:
                 self._timeouts.clear()
             self._timeouts[seconds] = found
@@ -320,7 +322,9 @@ class AsyncProviderClient:
         if self._verdict(target.base_url) is not None:
             return RawAnswer(None, None, ERROR_BLOCKED, 0.0)
         session = self._session or self._open()
-        headers = dict(_HEADERS)
+        # The fixed headers are the session's own (sent first, in this order): a call adds
+        # only its own, so aiohttp merges three headers instead of six.
+        headers: dict[str, str] = {}
         if credential is not None:
             headers[AUTHORIZATION_HEADER] = f"Bearer {credential}"
         if idempotency_key is not None:
@@ -367,11 +371,12 @@ async def _read_bounded(
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _Stop(ERROR_TOO_LARGE)
+    content = response.content
     chunks: list[bytes] = []
     size = 0
     try:
         while True:
-            chunk = await response.content.readany()
+            chunk = await content.readany()
             if not chunk:
                 break
             size += len(chunk)
@@ -382,6 +387,8 @@ async def _read_bounded(
             # sync client's, so a trickling provider is cut off at the same point.
             if time.monotonic() > deadline:
                 raise _Stop(ERROR_TIMEOUT)
+            if content.at_eof():  # the whole body is in: no further read to learn it
+                break
     except TimeoutError as exc:
         raise _Stop(ERROR_TIMEOUT) from exc
     except (aiohttp.ClientError, OSError) as exc:

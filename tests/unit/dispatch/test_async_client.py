@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import pytest
 
 from builders.event_loops import run_on_fresh_loop
@@ -763,3 +764,58 @@ def test_a_post_dropped_on_a_reused_connection_is_never_sent_again(tmp_path: Pat
     assert answers_seen == [(200, None), (None, "read")]
     assert keys == [b"Idempotency-Key: k-0", b"Idempotency-Key: k-1"]
     assert connections == 1
+
+
+def test_the_request_head_is_exactly_the_platforms_every_header_in_order(tmp_path: Path) -> None:
+    """Every byte of the head, pinned: the fixed headers are the session's own (decision 0445),
+    and a call's own follow them, so a change in how they are merged shows here."""
+    captured: list[bytes] = []
+
+    def script(conn: socket.socket, _: Listener) -> None:
+        while True:
+            request = read_request(conn)
+            if not request:
+                return
+            captured.append(request)
+            conn.sendall(http("200 OK", ENVELOPE).replace(b"Connection: close\r\n", b""))
+
+    async def calls(client: AsyncProviderClient, url: str) -> list[RawAnswer]:
+        return [
+            await client.execute(
+                target(url),
+                idempotency_key="inv_123:1",
+                payload_bytes=b'{"n":1}',
+                response_max_bytes=1024,
+                timeout=5,
+            ),
+            await client.get(target(url), "/health/ready", with_credential=False, max_bytes=64),
+        ]
+
+    with listener(script) as provider:
+        answers = run(lambda: once(settings(tmp_path), lambda c: calls(c, provider.url)))
+    assert [a.status for a in answers] == [200, 200]
+    host = provider.url.removeprefix("http://").encode()
+    agent = f"mercato (aiohttp/{aiohttp.__version__})".encode()
+    assert captured == [
+        b"POST /v1/executions HTTP/1.1\r\nHost: " + host + b"\r\n"
+        b"Accept: application/json\r\nAccept-Encoding: identity\r\nUser-Agent: " + agent + b"\r\n"
+        b"Authorization: Bearer " + SECRET.encode() + b"\r\nIdempotency-Key: inv_123:1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 19\r\n\r\n"
+        b'{"payload":{"n":1}}',
+        b"GET /health/ready HTTP/1.1\r\nHost: " + host + b"\r\n"
+        b"Accept: application/json\r\nAccept-Encoding: identity\r\nUser-Agent: " + agent + b"\r\n"
+        b"\r\n",
+    ]
+
+
+@pytest.mark.parametrize("seconds", [0.3, 5.0, 12.25])
+def test_one_whole_call_deadline_exact_to_the_second_it_names(
+    tmp_path: Path, seconds: float
+) -> None:
+    """The call's timeout is one deadline over the whole call (connect, every read, the body:
+    the silent and trickle cases above), never rounded up to a whole second as aiohttp rounds
+    deadlines of 5 s and more by default (decision 0445)."""
+    client = AsyncProviderClient(settings(tmp_path))
+    timeout = client._timeout(seconds)
+    assert timeout.total == seconds
+    assert timeout.ceil_threshold > seconds
