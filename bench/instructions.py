@@ -38,6 +38,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,15 +158,19 @@ def measure(
     return {"invokes": sum(answered), "per_invoke": total, "windows": per}
 
 
-def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+@contextmanager
+def seeded_store(
+    store: str, workdir: Path, pg_admin_url: str
+) -> Iterator[tuple[dict[str, str], Target, str]]:
+    """A fresh database of `store`, migrated and seeded as the benchmark seeds it, with the lean
+    provider running: the platform's environment, the seeded caller and provider as a
+    `Target`, and the database URL (used by this module and `bench.replays`)."""
     from mercato.db.runtime import Runtime
     from mercato.settings import Settings
 
-    say = options.say
     data_dir = workdir / "data"
     data_dir.mkdir(parents=True)
-    rows: list[dict[str, Any]] = []
-    with database(store, workdir, options.pg_admin_url) as db_url:
+    with database(store, workdir, pg_admin_url) as db_url:
         env = platform_env(db_url, data_dir)
         migrated = mercato("migrate", env=env)
         if migrated.returncode != 0:
@@ -181,30 +186,36 @@ def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[di
                 _pid,
             ):
                 seeded = seed(runtime, providers={SERVICE: provider_url}, credential=credential)
-                runner = Target(platform="", provider=provider_url, seeded=seeded)
-                for round_ in range(options.rounds):
-                    for label, tree in options.trees:
-                        for target in options.targets:
-                            say(f"[{store}] round {round_ + 1} {label}")
-                            row = measure(
-                                target,
-                                tree,
-                                env,
-                                runner,
-                                clients=options.clients,
-                                seconds=options.seconds,
-                                windows=options.windows,
-                                warmup=options.warmup,
-                                workdir=workdir,
-                                say=say,
-                            )
-                            rows.append(
-                                {"store": store, "round": round_ + 1, "tree": label}
-                                | {"target": target}
-                                | row
-                            )
+                yield env, Target(platform="", provider=provider_url, seeded=seeded), db_url
         finally:
             runtime.db.dispose()
+
+
+def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    say = options.say
+    rows: list[dict[str, Any]] = []
+    with seeded_store(store, workdir, options.pg_admin_url) as (env, runner, _db_url):
+        for round_ in range(options.rounds):
+            for label, tree in options.trees:
+                for target in options.targets:
+                    say(f"[{store}] round {round_ + 1} {label}")
+                    row = measure(
+                        target,
+                        tree,
+                        env,
+                        runner,
+                        clients=options.clients,
+                        seconds=options.seconds,
+                        windows=options.windows,
+                        warmup=options.warmup,
+                        workdir=workdir,
+                        say=say,
+                    )
+                    rows.append(
+                        {"store": store, "round": round_ + 1, "tree": label}
+                        | {"target": target}
+                        | row
+                    )
     return rows
 
 

@@ -38,21 +38,15 @@ from bench.harness import (
     DEFAULT_PG_ADMIN,
     HOST,
     INVOKE_PATH,
-    SERVICE,
     Target,
     _json_headers,
     _live,
     _tree_cpu_seconds,
-    database,
     free_port,
-    mercato,
-    platform_env,
-    process,
     replay_factory,
-    seed,
     wait_until,
 )
-from bench.instructions import _callgrind, _dumped_instructions, _tree
+from bench.instructions import _callgrind, _dumped_instructions, _tree, seeded_store
 from bench.load import run_load
 
 
@@ -201,36 +195,13 @@ def measure(
 
 
 def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
-    from mercato.db.runtime import Runtime
-    from mercato.settings import Settings
-
-    data_dir = workdir / "data"
-    data_dir.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
-    with database(store, workdir, options.pg_admin_url) as db_url:
-        env = platform_env(db_url, data_dir)
-        migrated = mercato("migrate", env=env)
-        if migrated.returncode != 0:
-            raise RuntimeError(f"migrate failed: {migrated.stderr[-2000:]}")
-        credential = "bench-" + os.urandom(18).hex()
-        provider_env = {**os.environ, "BENCH_PROVIDER_CREDENTIAL": credential}
-        provider_port = free_port()
-        provider_args = [sys.executable, "-m", "bench.lean_provider", "--port", str(provider_port)]
-        runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
-        try:
-            with process(provider_args, provider_env, workdir / "provider.log", provider_port) as (
-                provider_url,
-                _pid,
-            ):
-                seeded = seed(runtime, providers={SERVICE: provider_url}, credential=credential)
-                runner = Target(platform="", provider=provider_url, seeded=seeded)
-                for round_ in range(options.rounds):
-                    for label, tree in options.trees:
-                        print(f"[{store}] round {round_ + 1} {label}", file=sys.stderr)
-                        row = measure(tree, env, runner, db_url, options, workdir, label)
-                        rows.append({"store": store, "round": round_ + 1, "tree": label} | row)
-        finally:
-            runtime.db.dispose()
+    with seeded_store(store, workdir, options.pg_admin_url) as (env, runner, db_url):
+        for round_ in range(options.rounds):
+            for label, tree in options.trees:
+                print(f"[{store}] round {round_ + 1} {label}", file=sys.stderr)
+                row = measure(tree, env, runner, db_url, options, workdir, label)
+                rows.append({"store": store, "round": round_ + 1, "tree": label} | row)
     return rows
 
 
