@@ -168,6 +168,23 @@ def _fuzz(operation: Any, security: SecurityWorld) -> set[int]:
     return statuses
 
 
+def _oversized(operation: Any, security: SecurityWorld) -> int:
+    """One invoke with a fresh key and a body over the version's requestMaxBytes, through the
+    same checks as a fuzzed call; its status."""
+    headers = {**_caller_for(*INVOKE, security), "Idempotency-Key": f"fuzz-{next(_FRESH)}"}
+    case = operation.Case(
+        path_parameters={"service_code": SERVICE, "version": "v1"},
+        headers=headers,
+        body={"input": "x" * 1_000},  # over the 256 bytes the world's version takes
+        media_type="application/json",
+    )
+    response = case.call(headers=headers)
+    case.validate_response(response, checks=CHECKS, headers=headers)
+    assert response.json()["code"] == "REQUEST_TOO_LARGE", response.text
+    status: int = response.status_code
+    return status
+
+
 def test_every_operation_survives_fuzzing(security: SecurityWorld) -> None:
     schema = schemathesis.openapi.from_asgi("/v1/openapi.json", security.client.app)
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -180,7 +197,12 @@ def test_every_operation_survives_fuzzing(security: SecurityWorld) -> None:
         seen[operation.label] = _fuzz(operation, security)
     # The pass reached real behaviour, not only rejections.
     invoked = seen["POST /v1/services/{service_code}/versions/{version}:invoke"]
-    assert {200, 413, 422} <= invoked, invoked
+    assert {200, 422} <= invoked, invoked
+    # A body over the version's requestMaxBytes, sent by hand and checked as the fuzzed calls
+    # are: whether the fuzzer draws one varies between runs (it drew none in two full CI runs
+    # of 2026-11-27, though it did alone), and the 413 must conform like any answer.
+    invoke = next(o for o in operations if (o.method, o.path) == INVOKE)
+    assert _oversized(invoke, security) == 413
     assert 200 in seen["GET /v1/invocations/{invocation_id}"], seen
     assert 200 in seen["GET /v1/api-keys"], seen
 
