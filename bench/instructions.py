@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,14 +240,26 @@ def main() -> None:
     options.targets = options.targets.split(",")
     options.trees = options.tree or [("this", None)]
     options.say = lambda m: print(m, file=sys.stderr, flush=True)
+    print_rows(options, "mercato-instr-", run_store, keep=options.keep)
+
+
+def print_rows(
+    options: argparse.Namespace,
+    prefix: str,
+    run_store: Callable[[str, argparse.Namespace, Path], list[dict[str, Any]]],
+    *,
+    keep: bool = False,
+) -> None:
+    """`run_store` for each of `options.stores`, each in a fresh work directory (removed after
+    it unless `keep`), then every row as one JSON line (used by `bench.replays` too)."""
     rows: list[dict[str, Any]] = []
     for store in options.stores.split(","):
-        workdir = Path(tempfile.mkdtemp(prefix="mercato-instr-"))
+        workdir = Path(tempfile.mkdtemp(prefix=prefix))
         try:
             rows += run_store(store, options, workdir)
         finally:
-            if options.keep:
-                options.say(f"kept {workdir}")
+            if keep:
+                print(f"kept {workdir}", file=sys.stderr)
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
     for row in rows:

@@ -22,9 +22,7 @@ process, as raw collapsed stacks in `PREFIX-<tree>-<key>.txt` (py-spy from PyPI,
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,7 +44,13 @@ from bench.harness import (
     replay_factory,
     wait_until,
 )
-from bench.instructions import _callgrind, _dumped_instructions, _tree, seeded_store
+from bench.instructions import (
+    _callgrind,
+    _dumped_instructions,
+    _tree,
+    print_rows,
+    seeded_store,
+)
 from bench.load import run_load
 
 
@@ -220,15 +224,7 @@ def main() -> None:
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
     options = parser.parse_args()
     options.trees = options.tree or [("this", None)]
-    rows: list[dict[str, Any]] = []
-    for store in options.stores.split(","):
-        workdir = Path(tempfile.mkdtemp(prefix="mercato-replays-"))
-        try:
-            rows += run_store(store, options, workdir)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-    for row in rows:
-        print(json.dumps(row))
+    print_rows(options, "mercato-replays-", run_store)
 
 
 if __name__ == "__main__":
