@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError
 from mercato.core.ids import bind, bound, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, program_values
+from mercato.db.aio_reads import is_grouped, read_group
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
 from mercato.db.hints import Served
@@ -195,6 +196,8 @@ class _Connection:
         sql, values = prepared.bind(params, extracted)
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
+        if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
+            return await read_group().fetch(self._conn, prepared, values)
         try:
             records = await self._conn.fetch(sql, *values)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:

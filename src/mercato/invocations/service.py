@@ -26,6 +26,7 @@ from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
 from mercato.db import guarded
+from mercato.db.aio_reads import SLOT, grouped
 from mercato.db.plans import Plan, Rows, Run, first, query
 from mercato.invocations import money
 from mercato.invocations.errors import (
@@ -75,14 +76,17 @@ _FIND_BY_KEY = select(*_VIEW_COLUMNS).where(
 )
 _GET_VIEW = select(*_VIEW_COLUMNS).where(_c.id == bindparam("id"))
 # A replay's one read (decision 0420): the call, the caller's API key proven (`digest`, NULL
-# when nothing needs proving) and the account's quota window as it stands.
-_REPLAY = quotas.with_window(
-    select(*_VIEW_COLUMNS, accounts.key_proof(bindparam("digest"))).where(
-        _c.account_id == bindparam("account_id"),
-        _c.idempotency_key == bindparam("idempotency_key"),
-    ),
-    _c.account_id,
-    bindparam("default_policy"),
+# when nothing needs proving) and the account's quota window as it stands. Concurrent replays
+# of a loop read together on PostgreSQL, one round trip (`aio_reads.grouped`, decision 0450).
+_REPLAY = grouped(
+    quotas.with_window(
+        select(*_VIEW_COLUMNS, accounts.key_proof(bindparam("digest"))).where(
+            _c.account_id == bindparam("account_id"),
+            _c.idempotency_key == bindparam("idempotency_key"),
+        ),
+        _c.account_id,
+        bindparam("default_policy"),
+    )
 )
 _VIEW_WIDTH = len(_VIEW_COLUMNS)
 
@@ -142,12 +146,13 @@ def find_replay(
         "idempotency_key": idempotency_key,
         "digest": digest,
         "default_policy": default.name,
+        SLOT: 0,
     }
     row = first((yield Rows(_REPLAY, params)))
     if row is None:
         return None
     width = _VIEW_WIDTH
-    quota = quotas.window_status(tuple(row[width + 1 :]), default, now)
+    quota = quotas.window_status(tuple(row[width + 1 : -1]), default, now)  # not the SLOT
     return Replayed(_view(row[:width]), quota, accounts.key_proven(row[width]))
 
 

@@ -1,0 +1,100 @@
+"""Grouped reads (decision 0450): the reads of a `grouped` statement that concurrent read units
+ask for together go in one round trip on PostgreSQL, on the connection of the first of them;
+every reader gets exactly the rows its statement alone reads (none, one, several; the same
+parameters twice are two reads). A statement in a transaction is never grouped: it runs on its
+unit's own connection, inside its transaction. On SQLite every read runs alone, same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Table, bindparam, func, select
+
+from builders.accounts import make_account
+from builders.event_loops import run_on_fresh_loop
+from mercato.accounts.models import Account
+from mercato.db.aio_reads import SLOT, grouped, read_group
+from mercato.db.plans import Rows
+from mercato.db.runtime import Runtime
+
+_accounts = cast(Table, Account.__table__).c
+_BY_PATTERN = grouped(
+    select(_accounts.email)
+    .where(_accounts.email.like(bindparam("pattern")))
+    .order_by(_accounts.email)
+)
+_PLAIN = (
+    select(_accounts.email)
+    .where(_accounts.email.like(bindparam("pattern")))
+    .order_by(_accounts.email)
+)
+PATTERNS = ["a%", "b%", "c%", "a%", "%@grouped.example", "b1%"]
+
+
+async def _warm(runtime: Runtime, units: int) -> None:
+    """Open `units` connections and leave them idle in the loop's pool, so that concurrent
+    units then take theirs without waiting (and ask for their reads at the same turn)."""
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(units):
+            await stack.enter_async_context(runtime.adb.read())
+
+
+async def _read(runtime: Runtime, pattern: str) -> list[tuple[Any, ...]]:
+    async with runtime.adb.read() as conn:
+        rows = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
+    return [tuple(row[:-1]) for row in rows]  # not the SLOT
+
+
+def test_concurrent_reads_each_get_their_own_rows(runtime: Runtime) -> None:
+    for email in ("a1@grouped.example", "a2@grouped.example", "b1@grouped.example"):
+        make_account(runtime.db, email)
+
+    async def scenario() -> tuple[list[list[tuple[Any, ...]]], int, list[list[tuple[Any, ...]]]]:
+        await _warm(runtime, len(PATTERNS))
+        together = list(await asyncio.gather(*(_read(runtime, p) for p in PATTERNS)))
+        batches = read_group().batches if runtime.adb.dialect == "postgresql" else 0
+        alone = []
+        for pattern in PATTERNS:
+            async with runtime.adb.read() as conn:
+                alone.append(await conn.execute(Rows(_PLAIN, {"pattern": pattern})))
+        return together, batches, [[tuple(r) for r in rows] for rows in alone]
+
+    together, batches, alone = run_on_fresh_loop(scenario())
+
+    assert together == alone
+    assert together[0] == [("a1@grouped.example",), ("a2@grouped.example",)]
+    assert together[2] == []
+    assert len(together[4]) == 3
+    assert batches == (1 if runtime.adb.dialect == "postgresql" else 0)
+
+
+_BACKEND = select(func.pg_backend_pid())
+_GROUPED_BACKEND = grouped(select(func.pg_backend_pid()))
+
+
+@pytest.mark.postgres_only
+def test_grouped_reads_share_one_connection_but_a_transaction_keeps_its_own(
+    runtime: Runtime,
+) -> None:
+    async def read_backend() -> int:
+        async with runtime.adb.read() as conn:
+            rows = await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+        return int(rows[0][0])
+
+    async def scenario() -> tuple[list[int], int, int]:
+        await _warm(runtime, 6)
+        async with runtime.adb.transaction() as conn:
+            own = (await conn.execute(Rows(_BACKEND)))[0][0]
+            # The readers and the transaction's own read asked for at the same turn.
+            *pids, in_transaction = await asyncio.gather(
+                *(read_backend() for _ in range(5)), conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+            )
+        return cast(list[int], pids), int(own), int(in_transaction[0][0])
+
+    pids, own, grouped_pid = run_on_fresh_loop(scenario())
+
+    assert len(set(pids)) == 1  # one round trip, on the first reader's connection
+    assert grouped_pid == own
