@@ -1,6 +1,7 @@
-"""`ReadGroup` when a batch fails (decision 0450): nothing was written, so each reader reads
-again alone on its own connection and gets its own answer or its own error, as without
-grouping; a reader cancelled before its batch ran is left out of it."""
+"""`ReadGroup` (decision 0450): together, each reader gets the rows of its own slot; when a
+batch fails nothing was written, so each reader reads again alone on its own connection and
+gets its own answer or its own error, as without grouping; a reader cancelled before its batch
+ran is left out of it, and a leader cancelled before it led hands its batch to the next."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_a_failed_batch_reads_again_alone_each_with_its_own_answer() -> None:
 
     first, second, third = asyncio.run(scenario())
 
-    assert isinstance(first, DBAPIError)  # its own connection is broken: its own error
+    assert isinstance(first, DBAPIError)  # alone on its broken connection: its own error
     assert second == [(2, 0)]  # read again alone: its own row, its slot the one it sent
     assert isinstance(third, DBAPIError) and isinstance(third.orig, asyncpg.PostgresError)
     assert leader.calls == ["fetchmany", "fetch"]
@@ -103,3 +104,25 @@ def test_a_reader_cancelled_before_its_batch_is_left_out() -> None:
 
     assert asyncio.run(scenario()) == [(2, 0)]
     assert leader.calls == [] and other.calls == ["fetch"]
+
+
+def test_a_leader_cancelled_before_it_led_hands_the_batch_to_the_next() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    leader, second, third = _Conn("leader"), _Conn("second"), _Conn("third")
+
+    async def scenario() -> list[Any]:
+        group = read_group()
+        gone = asyncio.ensure_future(group.fetch(leader, prepared, _values(prepared, 1)))
+        kept = [
+            asyncio.ensure_future(group.fetch(second, prepared, _values(prepared, 2))),
+            asyncio.ensure_future(group.fetch(third, prepared, _values(prepared, 3))),
+        ]
+        await asyncio.sleep(0)  # all three queued
+        group._flush()  # the first is handed the batch ...
+        gone.cancel()  # ... and cancelled before it runs it
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        return list(await asyncio.gather(*kept))
+
+    assert asyncio.run(scenario()) == [[(2, 0)], [(3, 1)]]
+    assert leader.calls == [] and second.calls == ["fetchmany"] and third.calls == []
