@@ -4,24 +4,26 @@
 A replay is one read statement (decision 0420), and under load most of its PostgreSQL cost is
 the round trip, not the statement: per replay the backend woke up, parsed a Bind, Execute and
 Sync, ran the plan and answered, and serve's asyncpg wrote one message and read one answer.
-So a statement marked `grouped` is not sent at once from a read unit's connection: the loop
-collects every such read that is asked for before it next runs its callbacks, and the first of
-them sends them all as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one
-Sync) on its own connection, which its unit holds for it, then answers the others. No
-connection is taken from the pool for it (a read unit waiting for a second connection while
-holding one could wait for ever) and no task is made. Each execution echoes its place in the
-batch (`SLOT`, a column the statement reads back from its own parameter), so its rows go to its
-reader whatever they are: none, one or several, and the same parameters twice are two reads.
+So the reads of a statement marked `grouped` that read units ask for while one of its batches
+is in flight wait for that batch to be answered, and then go together: the first of them sends
+them all as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync) on its
+own connection, which its unit holds for it, and answers the others. A read asked for when no
+batch is in flight goes at once, alone, as without grouping: nothing is added at low load, and
+under load a batch is whatever arrived during the previous round trip. No connection is taken
+from the pool for it (a read unit waiting for a second connection while holding one could wait
+for ever) and no task is made. Each execution echoes its place in the batch (`SLOT`, a column
+the statement reads back from its own parameter), so its rows go to its reader whatever they
+are: none, one or several, and the same parameters twice are two reads.
 
 What a reader gets is what its statement alone would have read at some instant after it asked:
 the executions run in autocommit, one after another, each under its own snapshot (READ
-COMMITTED takes one per statement), in one implicit transaction that writes nothing. A reader
-alone in its batch runs its statement as before. When the batch fails for any reason (the
-server's error, the connection broken), each reader runs its statement again alone, on its own
-connection, and gets its own answer or error, exactly as without grouping; a reader cancelled
-before its batch ran is left out of it, and one cancelled after it was handed the batch but
-before it sent it hands the batch to the next reader. Only read units group (a statement in a
-transaction runs on its own connection, inside its transaction: `aio_postgres`).
+COMMITTED takes one per statement), in one implicit transaction that writes nothing. When a
+batch fails for any reason (the server's error, the connection broken), each of its readers
+runs its statement again alone, on its own connection, and gets its own answer or error,
+exactly as without grouping; a reader cancelled while waiting is left out of its batch, and
+one cancelled after it was made the next batch's leader, before it sent it, passes the lead
+on. Only read units group (a statement in a transaction runs on its own connection, inside
+its transaction: `aio_postgres`).
 """
 
 from __future__ import annotations
@@ -60,22 +62,24 @@ def is_grouped(statement: Any) -> bool:
 class _Read:
     __slots__ = ("conn", "future", "values")
 
-    def __init__(self, conn: Any, values: list[Any], future: asyncio.Future[Any]) -> None:
+    def __init__(self, conn: Any, values: list[Any], future: asyncio.Future[Any] | None) -> None:
         self.conn = conn
         self.values = values
         self.future = future
+        """None for a read that went at once (nobody answers it but itself)."""
 
 
 class _Lead:
-    """What the first reader of a batch is handed: the batch's reads (itself first), which it
-    reads on its own connection (one of them: alone, as without grouping)."""
+    """What the first reader of the next batch is handed: the batch's reads (itself first)."""
 
-    __slots__ = ("prepared", "reads")
+    __slots__ = ("reads",)
 
-    def __init__(self, prepared: Prepared, reads: list[_Read]) -> None:
-        self.prepared = prepared
+    def __init__(self, reads: list[_Read]) -> None:
         self.reads = reads
 
+
+_ALONE = object()
+"""What a reader of a failed batch is told: read alone, on your own connection."""
 
 _GROUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadGroup] = (
     weakref.WeakKeyDictionary()
@@ -92,67 +96,77 @@ def read_group() -> ReadGroup:
 
 
 class ReadGroup:
-    """The grouped reads of one event loop (see the module docstring).
-
-    No task of its own: when the loop next runs its callbacks (`_flush`), the first reader of
-    each batch still waiting is handed the batch (`_Lead`) and reads it in its own coroutine,
-    on its own connection, then answers the others. A leader that cannot (its read failed, it
-    was cancelled) hands each other reader a batch of its own: each reads alone."""
+    """The grouped reads of one event loop (see the module docstring): at most one batch of a
+    statement in flight; the reads that wait meanwhile go in the next, led by the first."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: dict[str, tuple[Prepared, list[_Read]]] = {}
+        self._waiting: dict[str, list[_Read]] = {}
+        """Per SQL text with a batch in flight: the reads waiting for the next one."""
         self.batches = 0
         """How many round trips went with more than one read (for tests)."""
 
     async def fetch(self, conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
         """The rows (processed, `Prepared.row`) of `prepared` with `values`, read on `conn`
         (asyncpg, idle in autocommit: its unit waits for this) or with other reads."""
-        read = _Read(conn, values, self._loop.create_future())
-        waiting = self._waiting
-        if not waiting:
-            self._loop.call_soon(self._flush)
-        entry = waiting.get(prepared.sql)
-        if entry is None:
-            entry = waiting[prepared.sql] = (prepared, [])
-        entry[1].append(read)
+        queue = self._waiting.get(prepared.sql)
+        if queue is None:  # nothing in flight: this read goes now
+            self._waiting[prepared.sql] = []
+            return await self._lead(prepared, [_Read(conn, values, None)])
+        future: asyncio.Future[Any] = self._loop.create_future()
+        read = _Read(conn, values, future)
+        queue.append(read)
         try:
-            outcome = await read.future
+            outcome = await future
         except asyncio.CancelledError:
-            future = read.future
-            if future.done() and not future.cancelled():  # it was handed a batch: pass it on
-                _hand_over(future.result(), read, alone=False)
+            if future.done() and not future.cancelled():  # made leader: pass the lead on
+                self._next(prepared, future.result().reads[1:])
             raise
+        if outcome is _ALONE:
+            return await _alone(prepared, read)
         if isinstance(outcome, _Lead):
-            return await self._lead(outcome, read)
+            return await self._lead(prepared, outcome.reads)
         rows: list[Any] = outcome
         return rows
 
-    def _flush(self) -> None:
-        waiting, self._waiting = self._waiting, {}
-        for prepared, reads in waiting.values():
-            for start in range(0, len(reads), GROUP_MAX):
-                live = [r for r in reads[start : start + GROUP_MAX] if not r.future.done()]
-                if live:  # a reader cancelled before now is left out
-                    live[0].future.set_result(_Lead(prepared, live))
+    async def _lead(self, prepared: Prepared, reads: list[_Read]) -> list[Any]:
+        """Send `reads` (the leader's first) and answer the others; then hand the reads that
+        are waiting by now to the next leader, whatever happened."""
+        try:
+            if len(reads) == 1:
+                return await _alone(prepared, reads[0])
+            return await self._together(prepared, reads)
+        finally:
+            self._next(prepared, [])
 
-    async def _lead(self, lead: _Lead, read: _Read) -> list[Any]:
-        prepared, reads = lead.prepared, lead.reads
-        if len(reads) == 1:
-            return await _alone(prepared, read)
+    def _next(self, prepared: Prepared, first: list[_Read]) -> None:
+        """The next batch to its first reader: at most `GROUP_MAX` of the reads still waiting,
+        `first` (a batch whose leader was cancelled before it sent it) before the others;
+        nothing in flight when none is waiting."""
+        waiting = self._waiting.get(prepared.sql, [])
+        live = [one for one in (*first, *waiting) if not _future(one).done()]
+        if not live:
+            self._waiting.pop(prepared.sql, None)
+            return
+        self._waiting[prepared.sql] = live[GROUP_MAX:]
+        batch = live[:GROUP_MAX]
+        _future(batch[0]).set_result(_Lead(batch))
+
+    async def _together(self, prepared: Prepared, reads: list[_Read]) -> list[Any]:
         slot = _slot_position(prepared)
         args = []
         for index, one in enumerate(reads):
             values = list(one.values)
             values[slot] = index
             args.append(values)
+        leader = reads[0]
         try:
-            records = await read.conn.fetchmany(prepared.sql, args)
+            records = await leader.conn.fetchmany(prepared.sql, args)
         except Exception:  # nothing was written: each reads again alone, this one too
-            _hand_over(lead, read, alone=True)
-            return await _alone(prepared, read)
+            _each_alone(reads[1:])
+            return await _alone(prepared, leader)
         except BaseException:  # cancelled: its unit discards the connection
-            _hand_over(lead, read, alone=True)
+            _each_alone(reads[1:])
             raise
         self.batches += 1
         row = prepared.row
@@ -160,22 +174,22 @@ class ReadGroup:
         for record in records:
             rows[record[-1]].append(row(record))
         for one, found in zip(reads[1:], rows[1:], strict=True):
-            if not one.future.done():
-                one.future.set_result(found)
+            future = _future(one)
+            if not future.done():
+                future.set_result(found)
         return rows[0]
 
 
-def _hand_over(lead: _Lead, read: _Read, *, alone: bool) -> None:
-    """The batch `read` led, minus `read`, to its other readers: each alone (the batch's
-    read failed), or together, led by the next (`read` was cancelled before leading)."""
-    others = [one for one in lead.reads if one is not read and not one.future.done()]
-    if not others:
-        return
-    if alone:
-        for one in others:
-            one.future.set_result(_Lead(lead.prepared, [one]))
-    else:
-        others[0].future.set_result(_Lead(lead.prepared, others))
+def _future(read: _Read) -> asyncio.Future[Any]:
+    assert read.future is not None  # a read that waits has one
+    return read.future
+
+
+def _each_alone(reads: list[_Read]) -> None:
+    for one in reads:
+        future = _future(one)
+        if not future.done():
+            future.set_result(_ALONE)
 
 
 _SLOTS: weakref.WeakKeyDictionary[Prepared, int] = weakref.WeakKeyDictionary()
