@@ -4,12 +4,12 @@
 A replay is one read statement (decision 0420), and under load most of its PostgreSQL cost is
 the round trip, not the statement: per replay the backend woke up, parsed a Bind, Execute and
 Sync, ran the plan and answered, and serve's asyncpg wrote one message and read one answer.
-So the reads of a statement marked `grouped` that read units ask for while one of its batches
-is in flight wait for that batch to be answered, and then go together: the first of them sends
-them all as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync) on its
-own connection, which its unit holds for it, and answers the others. A read asked for when no
-batch is in flight goes at once, alone, as without grouping: nothing is added at low load, and
-under load a batch is whatever arrived during the previous round trip. No connection is taken
+So a read of a statement marked `grouped` goes at once, alone, as without grouping, while
+fewer than `LANES` of its round trips are in flight in the loop (nothing is added at low load);
+the reads asked for while all are wait for one to end, and then go together: the first of them
+sends them all as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync)
+on its own connection, which its unit holds for it, and answers the others. Under load a batch
+is whatever arrived during a round trip. No connection is taken
 from the pool for it (a read unit waiting for a second connection while holding one could wait
 for ever) and no task is made. Each execution echoes its place in the batch (`SLOT`, a column
 the statement reads back from its own parameter), so its rows go to its reader whatever they
@@ -44,6 +44,9 @@ SLOT = "read_slot"
 (any integer when the statement runs alone, as on SQLite or a sync Session)."""
 GROUP_MAX = 64
 """At most this many reads in one round trip."""
+LANES = 2
+"""At most this many round trips of one statement in flight per loop before reads wait to go
+together (measured: decision 0450)."""
 
 
 def grouped(statement: Select[Any]) -> Select[Any]:
@@ -96,31 +99,37 @@ def read_group() -> ReadGroup:
 
 
 class ReadGroup:
-    """The grouped reads of one event loop (see the module docstring): at most one batch of a
-    statement in flight; the reads that wait meanwhile go in the next, led by the first."""
+    """The grouped reads of one event loop (see the module docstring): at most `LANES` round
+    trips of a statement in flight; the reads asked for while all are go in the next batch,
+    led by the first of them."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._lanes: dict[str, int] = {}
+        """Per SQL text: how many of its round trips are in flight (absent: none)."""
         self._waiting: dict[str, list[_Read]] = {}
-        """Per SQL text with a batch in flight: the reads waiting for the next one."""
+        """Per SQL text: the reads waiting for a round trip to end."""
         self.batches = 0
         """How many round trips went with more than one read (for tests)."""
 
     async def fetch(self, conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
         """The rows (processed, `Prepared.row`) of `prepared` with `values`, read on `conn`
         (asyncpg, idle in autocommit: its unit waits for this) or with other reads."""
-        queue = self._waiting.get(prepared.sql)
-        if queue is None:  # nothing in flight: this read goes now
-            self._waiting[prepared.sql] = []
+        sql = prepared.sql
+        lanes = self._lanes.get(sql, 0)
+        if lanes < LANES:  # a lane is free: this read goes now
+            self._lanes[sql] = lanes + 1
             return await self._lead(prepared, [_Read(conn, values, None)])
         future: asyncio.Future[Any] = self._loop.create_future()
         read = _Read(conn, values, future)
-        queue.append(read)
+        self._waiting.setdefault(sql, []).append(read)
         try:
             outcome = await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():  # made leader: pass the lead on
-                self._next(prepared, future.result().reads[1:])
+            if future.done() and not future.cancelled():
+                outcome = future.result()
+                if isinstance(outcome, _Lead):  # made leader, never sent: pass the lead on
+                    self._next(prepared, outcome.reads[1:])
             raise
         if outcome is _ALONE:
             return await _alone(prepared, read)
@@ -131,7 +140,7 @@ class ReadGroup:
 
     async def _lead(self, prepared: Prepared, reads: list[_Read]) -> list[Any]:
         """Send `reads` (the leader's first) and answer the others; then hand the reads that
-        are waiting by now to the next leader, whatever happened."""
+        are waiting by now to the next leader, whatever happened (its lane goes on)."""
         try:
             if len(reads) == 1:
                 return await _alone(prepared, reads[0])
@@ -140,15 +149,21 @@ class ReadGroup:
             self._next(prepared, [])
 
     def _next(self, prepared: Prepared, first: list[_Read]) -> None:
-        """The next batch to its first reader: at most `GROUP_MAX` of the reads still waiting,
-        `first` (a batch whose leader was cancelled before it sent it) before the others;
-        nothing in flight when none is waiting."""
-        waiting = self._waiting.get(prepared.sql, [])
+        """The lane that ended a round trip (or whose leader was cancelled before it sent its
+        batch) to the next batch: at most `GROUP_MAX` of the reads still waiting, `first`
+        before the others, handed to its first reader; freed when none is waiting."""
+        sql = prepared.sql
+        waiting = self._waiting.pop(sql, ())
         live = [one for one in (*first, *waiting) if not _future(one).done()]
         if not live:
-            self._waiting.pop(prepared.sql, None)
+            lanes = self._lanes[sql] - 1
+            if lanes:
+                self._lanes[sql] = lanes
+            else:
+                del self._lanes[sql]
             return
-        self._waiting[prepared.sql] = live[GROUP_MAX:]
+        if len(live) > GROUP_MAX:
+            self._waiting[sql] = live[GROUP_MAX:]
         batch = live[:GROUP_MAX]
         _future(batch[0]).set_result(_Lead(batch))
 

@@ -1,8 +1,9 @@
-"""`ReadGroup` (decision 0450), on scripted asyncpg connections: a read goes at once when no
-batch is in flight; the reads asked for meanwhile go together next, each reader getting the rows
-of its own slot; when a batch fails nothing was written, so each reader reads again alone on its
-own connection and gets its own answer or error, as without grouping; a reader cancelled while
-waiting is left out, and one cancelled after it was made leader passes the lead on."""
+"""`ReadGroup` (decision 0450), on scripted asyncpg connections: a read goes at once while
+fewer than `LANES` round trips are in flight; the reads asked for meanwhile go together next,
+each reader getting the rows of its own slot; when a batch fails nothing was written, so each
+reader reads again alone on its own connection and gets its own answer or error, as without
+grouping; a reader cancelled while waiting is left out, and one cancelled after it was made
+leader passes the lead on."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.exc import DBAPIError
 
 from mercato.db.aio_postgres import asyncpg_dialect
-from mercato.db.aio_reads import SLOT, ReadGroup, grouped, read_group
+from mercato.db.aio_reads import LANES, SLOT, ReadGroup, grouped, read_group
 from mercato.db.aio_statements import Prepared, Statements
 
 _STATEMENT = grouped(select(bindparam("n", type_=Integer)))
@@ -58,13 +59,18 @@ def _read(group: ReadGroup, conn: _Conn, prepared: Prepared, n: int) -> asyncio.
 
 
 async def _in_flight(group: ReadGroup, prepared: Prepared) -> tuple[asyncio.Future[Any], _Conn]:
-    """A first read sent and not yet answered (its connection's gate closed)."""
-    first = _Conn()
-    first.gate = asyncio.get_running_loop().create_future()
-    sent = _read(group, first, prepared, 0)
+    """`LANES` reads sent and not yet answered (their connections' gates closed): the first,
+    returned, and the others, answered at once when the first is."""
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[None] = loop.create_future()
+    sent = []
+    for _ in range(LANES):
+        conn = _Conn()
+        conn.gate = gate
+        sent.append(_read(group, conn, prepared, 0))
     await asyncio.sleep(0)
-    assert first.calls == ["fetch"]
-    return sent, first
+    assert conn.calls == ["fetch"]
+    return asyncio.gather(*sent), conn
 
 
 def test_the_reads_asked_for_during_a_round_trip_go_together_next() -> None:
@@ -88,7 +94,7 @@ def test_the_reads_asked_for_during_a_round_trip_go_together_next() -> None:
 
     answers, batches = asyncio.run(scenario())
 
-    assert answers == [[(0, 0)], [(8, 0)], [(7, 1)], [(7, 2)]]
+    assert answers == [[[(0, 0)]] * LANES, [(8, 0)], [(7, 1)], [(7, 2)]]
     assert batches == 1 and leader.calls == ["fetchmany"] and other.calls == []
 
 
@@ -162,10 +168,11 @@ def test_a_leader_cancelled_before_it_sent_passes_the_lead_on() -> None:
         assert first.gate is not None
         first.gate.set_result(None)
         await asyncio.sleep(0)  # the first read is answered and hands the next batch on ...
-        assert sent.done() and group._waiting[prepared.sql] == []  # all three handed on
+        assert prepared.sql not in group._waiting  # all three handed on
         made_leader.cancel()  # ... whose leader is cancelled before it runs
         with pytest.raises(asyncio.CancelledError):
             await made_leader
+        await sent
         return list(await asyncio.gather(*kept))
 
     assert asyncio.run(scenario()) == [[(2, 0)], [(3, 1)]]
