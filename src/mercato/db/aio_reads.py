@@ -4,26 +4,29 @@
 A replay is one read statement (decision 0420), and under load most of its PostgreSQL cost is
 the round trip, not the statement: per replay the backend woke up, parsed a Bind, Execute and
 Sync, ran the plan and answered, and serve's asyncpg wrote one message and read one answer.
-So a read of a statement marked `grouped` goes at once, alone, as without grouping, while
-fewer than `LANES` of its round trips are in flight in the loop (nothing is added at low load);
-the reads asked for while all are wait for one to end, and then go together: the first of them
-sends them all as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync)
-on its own connection, which its unit holds for it, and answers the others. Under load a batch
-is whatever arrived during a round trip. No connection is taken
-from the pool for it (a read unit waiting for a second connection while holding one could wait
-for ever) and no task is made. Each execution echoes its place in the batch (`SLOT`, a column
-the statement reads back from its own parameter), so its rows go to its reader whatever they
-are: none, one or several, and the same parameters twice are two reads.
+So a statement marked `grouped` is not sent at once from a read unit's connection: the loop
+collects every such read that is asked for before it next runs its callbacks, and one task
+sends them as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync) on the
+connection of the first of them, whose unit is waiting for the answer and uses it for nothing
+else meanwhile. No connection is taken from the pool for it (a read unit waiting for a second
+connection while holding one could wait for ever). Each execution echoes its place in the batch
+(`SLOT`, a column the statement reads back from its own parameter), so its rows go to its
+reader whatever they are: none, one or several, and the same parameters twice are two reads.
 
 What a reader gets is what its statement alone would have read at some instant after it asked:
 the executions run in autocommit, one after another, each under its own snapshot (READ
-COMMITTED takes one per statement), in one implicit transaction that writes nothing. When a
-batch fails for any reason (the server's error, the connection broken), each of its readers
-runs its statement again alone, on its own connection, and gets its own answer or error,
-exactly as without grouping; a reader cancelled while waiting is left out of its batch, and
-one cancelled after it was made the next batch's leader, before it sent it, passes the lead
-on. Only read units group (a statement in a transaction runs on its own connection, inside
-its transaction: `aio_postgres`).
+COMMITTED takes one per statement), in one implicit transaction that writes nothing. A reader
+alone in its batch runs its statement as before. When the batch fails for any reason (the
+server's error, the connection broken because the first reader was cancelled and its unit
+discarded the connection), each reader runs its statement again alone, on its own connection,
+and gets its own answer or error, exactly as without grouping; a reader cancelled before its
+batch ran is left out of it. Only read units group: a statement in a transaction runs on its
+own connection, inside its transaction (`aio_postgres`).
+
+Two other shapes were measured and dropped (decision 0450): the first reader sending the batch
+itself, in its own coroutine (no task: serve's CPU per replay 157-175 against 133-158 µs this
+way, alternated), and at most one or two batches in flight with the reads that arrive meanwhile
+waiting for one to end (serve's CPU no better than without grouping).
 """
 
 from __future__ import annotations
@@ -44,9 +47,6 @@ SLOT = "read_slot"
 (any integer when the statement runs alone, as on SQLite or a sync Session)."""
 GROUP_MAX = 64
 """At most this many reads in one round trip."""
-LANES = 2
-"""At most this many round trips of one statement in flight per loop before reads wait to go
-together (measured: decision 0450)."""
 
 
 def grouped(statement: Select[Any]) -> Select[Any]:
@@ -65,24 +65,11 @@ def is_grouped(statement: Any) -> bool:
 class _Read:
     __slots__ = ("conn", "future", "values")
 
-    def __init__(self, conn: Any, values: list[Any], future: asyncio.Future[Any] | None) -> None:
+    def __init__(self, conn: Any, values: list[Any], future: asyncio.Future[Any]) -> None:
         self.conn = conn
         self.values = values
         self.future = future
-        """None for a read that went at once (nobody answers it but itself)."""
 
-
-class _Lead:
-    """What the first reader of the next batch is handed: the batch's reads (itself first)."""
-
-    __slots__ = ("reads",)
-
-    def __init__(self, reads: list[_Read]) -> None:
-        self.reads = reads
-
-
-_ALONE = object()
-"""What a reader of a failed batch is told: read alone, on your own connection."""
 
 _GROUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadGroup] = (
     weakref.WeakKeyDictionary()
@@ -99,112 +86,65 @@ def read_group() -> ReadGroup:
 
 
 class ReadGroup:
-    """The grouped reads of one event loop (see the module docstring): at most `LANES` round
-    trips of a statement in flight; the reads asked for while all are go in the next batch,
-    led by the first of them."""
+    """The grouped reads of one event loop (see the module docstring)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._lanes: dict[str, int] = {}
-        """Per SQL text: how many of its round trips are in flight (absent: none)."""
-        self._waiting: dict[str, list[_Read]] = {}
-        """Per SQL text: the reads waiting for a round trip to end."""
+        self._waiting: dict[str, tuple[Prepared, list[_Read]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.batches = 0
         """How many round trips went with more than one read (for tests)."""
 
     async def fetch(self, conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
         """The rows (processed, `Prepared.row`) of `prepared` with `values`, read on `conn`
         (asyncpg, idle in autocommit: its unit waits for this) or with other reads."""
-        sql = prepared.sql
-        lanes = self._lanes.get(sql, 0)
-        if lanes < LANES:  # a lane is free: this read goes now
-            self._lanes[sql] = lanes + 1
-            return await self._lead(prepared, [_Read(conn, values, None)])
-        future: asyncio.Future[Any] = self._loop.create_future()
-        read = _Read(conn, values, future)
-        self._waiting.setdefault(sql, []).append(read)
-        try:
-            outcome = await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                outcome = future.result()
-                if isinstance(outcome, _Lead):  # made leader, never sent: pass the lead on
-                    self._next(prepared, outcome.reads[1:])
-            raise
-        if outcome is _ALONE:
-            return await _alone(prepared, read)
-        if isinstance(outcome, _Lead):
-            return await self._lead(prepared, outcome.reads)
-        rows: list[Any] = outcome
-        return rows
+        future: asyncio.Future[list[Any]] = self._loop.create_future()
+        if not self._waiting:
+            self._loop.call_soon(self._flush)
+        entry = self._waiting.get(prepared.sql)
+        if entry is None:
+            entry = self._waiting[prepared.sql] = (prepared, [])
+        entry[1].append(_Read(conn, values, future))
+        return await future
 
-    async def _lead(self, prepared: Prepared, reads: list[_Read]) -> list[Any]:
-        """Send `reads` (the leader's first) and answer the others; then hand the reads that
-        are waiting by now to the next leader, whatever happened (its lane goes on)."""
-        try:
-            if len(reads) == 1:
-                return await _alone(prepared, reads[0])
-            return await self._together(prepared, reads)
-        finally:
-            self._next(prepared, [])
+    def _flush(self) -> None:
+        waiting, self._waiting = self._waiting, {}
+        for prepared, reads in waiting.values():
+            for start in range(0, len(reads), GROUP_MAX):
+                task = self._loop.create_task(self._run(prepared, reads[start : start + GROUP_MAX]))
+                self._tasks.add(task)  # kept until done (the loop holds tasks weakly)
+                task.add_done_callback(self._tasks.discard)
 
-    def _next(self, prepared: Prepared, first: list[_Read]) -> None:
-        """The lane that ended a round trip (or whose leader was cancelled before it sent its
-        batch) to the next batch: at most `GROUP_MAX` of the reads still waiting, `first`
-        before the others, handed to its first reader; freed when none is waiting."""
-        sql = prepared.sql
-        waiting = self._waiting.pop(sql, ())
-        live = [one for one in (*first, *waiting) if not _future(one).done()]
-        if not live:
-            lanes = self._lanes[sql] - 1
-            if lanes:
-                self._lanes[sql] = lanes
-            else:
-                del self._lanes[sql]
+    async def _run(self, prepared: Prepared, reads: list[_Read]) -> None:
+        live = [read for read in reads if not read.future.done()]  # a cancelled reader: gone
+        if len(live) == 1:
+            await _alone(prepared, live[0])
             return
-        if len(live) > GROUP_MAX:
-            self._waiting[sql] = live[GROUP_MAX:]
-        batch = live[:GROUP_MAX]
-        _future(batch[0]).set_result(_Lead(batch))
-
-    async def _together(self, prepared: Prepared, reads: list[_Read]) -> list[Any]:
+        if not live:
+            return
         slot = _slot_position(prepared)
         args = []
-        for index, one in enumerate(reads):
-            values = list(one.values)
+        for index, read in enumerate(live):
+            values = list(read.values)
             values[slot] = index
             args.append(values)
-        leader = reads[0]
         try:
-            records = await leader.conn.fetchmany(prepared.sql, args)
-        except Exception:  # nothing was written: each reads again alone, this one too
-            _each_alone(reads[1:])
-            return await _alone(prepared, leader)
-        except BaseException:  # cancelled: its unit discards the connection
-            _each_alone(reads[1:])
+            records = await live[0].conn.fetchmany(prepared.sql, args)
+        except Exception:  # nothing was written: each reads again alone (see the module)
+            for read in live:
+                await _alone(prepared, read)
+            return
+        except BaseException as error:  # this task itself cancelled: the loop is ending
+            _fail(live, error)
             raise
         self.batches += 1
+        rows: list[list[Any]] = [[] for _ in live]
         row = prepared.row
-        rows: list[list[Any]] = [[] for _ in reads]
         for record in records:
             rows[record[-1]].append(row(record))
-        for one, found in zip(reads[1:], rows[1:], strict=True):
-            future = _future(one)
-            if not future.done():
-                future.set_result(found)
-        return rows[0]
-
-
-def _future(read: _Read) -> asyncio.Future[Any]:
-    assert read.future is not None  # a read that waits has one
-    return read.future
-
-
-def _each_alone(reads: list[_Read]) -> None:
-    for one in reads:
-        future = _future(one)
-        if not future.done():
-            future.set_result(_ALONE)
+        for read, found in zip(live, rows, strict=True):
+            if not read.future.done():
+                read.future.set_result(found)
 
 
 _SLOTS: weakref.WeakKeyDictionary[Prepared, int] = weakref.WeakKeyDictionary()
@@ -218,13 +158,35 @@ def _slot_position(prepared: Prepared) -> int:
     return position
 
 
-async def _alone(prepared: Prepared, read: _Read) -> list[Any]:
-    """`read` on its own connection, as a read unit runs any statement (the driver's errors
-    in SQLAlchemy's form)."""
-    sql = prepared.sql
+async def _alone(prepared: Prepared, read: _Read) -> None:
+    """One read on its own connection, as a read unit runs any statement."""
+    if read.future.done():
+        return
     try:
-        records = await read.conn.fetch(sql, *read.values)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
-        raise sqlalchemy_error(error, sql) from error
-    row = prepared.row
-    return [row(record) for record in records]
+        records = await read.conn.fetch(prepared.sql, *read.values)
+    except Exception as error:
+        _fail([read], _driver_error(error, prepared.sql))
+        return
+    except BaseException as error:
+        _fail([read], error)
+        raise
+    if not read.future.done():
+        row = prepared.row
+        read.future.set_result([row(record) for record in records])
+
+
+def _driver_error(error: Exception, sql: str) -> Exception:
+    """The driver's error as a read unit raises it (SQLAlchemy's form); any other as is."""
+    if isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError | OSError):
+        return sqlalchemy_error(error, sql)
+    return error
+
+
+def _fail(reads: list[_Read], error: BaseException) -> None:
+    for read in reads:
+        if read.future.done():
+            continue
+        if isinstance(error, asyncio.CancelledError):
+            read.future.cancel()
+        else:
+            read.future.set_exception(error)
