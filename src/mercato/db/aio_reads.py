@@ -92,22 +92,12 @@ class ReadGroup:
         self._loop = loop
         self._waiting: dict[str, tuple[Prepared, list[_Read]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._alone = 0
-        """Reads in flight that went at once (`fetch`)."""
         self.batches = 0
         """How many round trips went with more than one read (for tests)."""
 
     async def fetch(self, conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
         """The rows (processed, `Prepared.row`) of `prepared` with `values`, read on `conn`
-        (asyncpg, idle in autocommit: its unit waits for this) or with other reads. With no
-        other grouped read in flight or waiting in the loop, it goes at once (no loop turn
-        added at low load)."""
-        if not self._waiting and not self._tasks and not self._alone:
-            self._alone += 1
-            try:
-                return await _read_alone(conn, prepared, values)
-            finally:
-                self._alone -= 1
+        (asyncpg, idle in autocommit: its unit waits for this) or with other reads."""
         future: asyncio.Future[list[Any]] = self._loop.create_future()
         if not self._waiting:
             self._loop.call_soon(self._flush)
@@ -166,17 +156,6 @@ def _slot_position(prepared: Prepared) -> int:
         positions = prepared.compiled.positiontup or ()
         position = _SLOTS[prepared] = list(positions).index(SLOT)
     return position
-
-
-async def _read_alone(conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
-    """A read sent at once on its reader's connection, as a read unit runs any statement."""
-    sql = prepared.sql
-    try:
-        records = await conn.fetch(sql, *values)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
-        raise sqlalchemy_error(error, sql) from error
-    row = prepared.row
-    return [row(record) for record in records]
 
 
 async def _alone(prepared: Prepared, read: _Read) -> None:
