@@ -15,7 +15,8 @@ is SQLite's lock wait, so connections run with `busy_timeout=0`:
 - a read is one DEFERRED transaction (a WAL snapshot; readers do not wait for the writer),
   ended with a rollback;
 - the connection settings are the sync engine's (WAL, foreign keys, synchronous=NORMAL), but
-  for the WAL's automatic checkpoint, ten times rarer (`WAL_AUTOCHECKPOINT_PAGES`).
+  for the WAL's automatic checkpoint, ten times rarer (`WAL_AUTOCHECKPOINT_PAGES`), and
+  temporary data (a group's savepoint journal) kept in memory.
 
 Connections are plain sqlite3 connections (not bound to a loop or thread), kept in one idle
 list shared by every loop the Runtime is used from.
@@ -428,6 +429,9 @@ class SqliteDatabase:
             raw.execute("PRAGMA synchronous=NORMAL")
             raw.execute("PRAGMA busy_timeout=0")
             raw.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            # A group's savepoints journal the pages they change: in memory, not in a temp
+            # file spilled to disk past 64 KiB, created and written for every group (0455).
+            raw.execute("PRAGMA temp_store=MEMORY")
         except sqlite3.Error as error:
             raise sqlalchemy_error(error, None) from error
         return raw

@@ -251,3 +251,16 @@ def test_sqlite_commits_the_programs_queued_on_a_loop_once(runtime: Runtime) -> 
     with runtime.db.read() as session:
         assert ledger.balances(session, account_id=account).reserved == calls + 1
         assert checks.run_checks(session).balanced
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_groups_journal_their_savepoints_in_memory(runtime: Runtime) -> None:
+    # A group's savepoints journal every page their programs change; past 64 KiB SQLite
+    # spilled that journal to a temp file of its own, opened and written for every group.
+    from mercato.db.aio_sqlite import SqliteDatabase
+
+    raw = SqliteDatabase(runtime.db)._connect()
+    try:
+        assert raw.execute("PRAGMA temp_store").fetchone() == (2,)  # MEMORY
+    finally:
+        raw.close()
