@@ -5,7 +5,8 @@ benchmark seeds it and the lean provider (`seeded_store`); then, per round, each
 turn starts `--target` (`serve`: `mercato serve`, or `floor`: `bench/floor.py`) with
 `--workers`, warms it for `--warmup` seconds, and loads it for `--windows` windows of
 `--seconds` with `--clients` closed-loop clients, every call with a fresh Idempotency-Key (every
-answer must be a 200). Per window: invokes/s, p50 and the CPU the process tree spent per invoke.
+answer must be a 200). Per window: invokes/s, p50 and the CPU the process tree spent per invoke
+(and of it, system CPU).
 On a shared machine only the alternation makes two trees comparable.
 
     python -m bench.invokes [--stores sqlite] [--target serve] [--workers 2] [--clients 64]
@@ -33,6 +34,22 @@ def _command(target: str, port: int, workers: int) -> list[str]:
     return [sys.executable, "-m", *module, "--port", str(port), "--workers", str(workers)]
 
 
+def _tree_system_seconds(pid: int) -> float:
+    """System CPU seconds of `pid` and its live children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if entry.name == str(pid) or fields[1] == str(pid):
+            total += int(fields[12]) / tick
+    return total
+
+
 def measure(
     tree: Path | None, env: dict[str, str], runner: Target, options: argparse.Namespace, log: Path
 ) -> dict[str, Any]:
@@ -58,6 +75,7 @@ def measure(
             run_load(url, next(factories), concurrency=options.clients, duration=options.warmup)
             for _ in range(options.windows):
                 factory = next(factories)
+                system = _tree_system_seconds(child.pid)
                 windows.append(
                     measured(
                         child.pid,
@@ -71,6 +89,8 @@ def measure(
                         ),
                     )
                 )
+                system = _tree_system_seconds(child.pid) - system
+                windows[-1]["sys_ms"] = round(1000 * system / max(windows[-1]["answered"], 1), 3)
         finally:
             child.terminate()
             child.wait(60)
@@ -79,7 +99,7 @@ def measure(
     rates = [round(w["_rate"]) for w in windows]
     cpu = [w["cpu_ms_per_request"] for w in windows]
     p50 = [round(w["_p50"], 1) for w in windows]
-    return {"rates": rates, "cpu_ms": cpu, "p50_ms": p50}
+    return {"rates": rates, "cpu_ms": cpu, "sys_ms": [w["sys_ms"] for w in windows], "p50_ms": p50}
 
 
 def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
@@ -90,7 +110,8 @@ def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[di
                 row = measure(tree, env, runner, options, workdir / f"{label}.log")
                 print(
                     f"[{store}] round {round_ + 1} {label}: invokes/s {row['rates']}, "
-                    f"CPU ms/invoke {row['cpu_ms']}, p50 ms {row['p50_ms']}",
+                    f"CPU ms/invoke {row['cpu_ms']} (system {row['sys_ms']}), "
+                    f"p50 ms {row['p50_ms']}",
                     file=sys.stderr,
                     flush=True,
                 )
