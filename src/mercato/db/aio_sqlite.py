@@ -508,7 +508,10 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         group = self._groups.get(loop)
         if group is None:
-            group = self._groups[loop] = _Group(self)
+            with self._idle_lock:  # loops on other threads may add theirs at the same time
+                group = self._groups.get(loop)
+                if group is None:
+                    group = self._groups[loop] = _Group(self)
         return group
 
     @staticmethod
