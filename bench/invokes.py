@@ -2,15 +2,16 @@
 
 The rate counterpart of `bench.instructions`: per store, one fresh database seeded as the
 benchmark seeds it and the lean provider (`seeded_store`); then, per round, each `--tree` in
-turn starts `--target` (`serve`: `mercato serve`, or `floor`: `bench/floor.py`) with
-`--workers`, warms it for `--warmup` seconds, and loads it for `--windows` windows of
-`--seconds` with `--clients` closed-loop clients, every call with a fresh Idempotency-Key (every
-answer must be a 200). Per window: invokes/s, p50 and the CPU the process tree spent per invoke
-(and of it, system CPU).
-On a shared machine only the alternation makes two trees comparable.
+turn starts each of `--targets` (`serve`: `mercato serve`, `floor`: `bench/floor.py`,
+`leanest`: `bench/leanest.py`) with `--workers`, warms it for `--warmup` seconds, and loads it
+for `--windows` windows of `--seconds` with `--clients` closed-loop clients, every call with a
+fresh Idempotency-Key (every answer must be a 200). Per window: invokes/s, p50 and the CPU the
+process tree spent per invoke (and of it, system CPU). On a shared machine only the
+alternation makes two trees (or targets) comparable.
 
-    python -m bench.invokes [--stores sqlite] [--target serve] [--workers 2] [--clients 64]
-        [--warmup 3] [--seconds 8] [--windows 2] [--rounds 3] [--tree LABEL=PATH ...]
+    python -m bench.invokes [--stores sqlite] [--targets serve,floor,leanest] [--workers 2]
+        [--clients 64] [--warmup 3] [--seconds 8] [--windows 2] [--rounds 3]
+        [--tree LABEL=PATH ...]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bench.load import run_load
 
 
 def _command(target: str, port: int, workers: int) -> list[str]:
-    module = ["mercato", "serve"] if target == "serve" else ["bench.floor"]
+    module = ["mercato", "serve"] if target == "serve" else [f"bench.{target}"]
     return [sys.executable, "-m", *module, "--port", str(port), "--workers", str(workers)]
 
 
@@ -51,7 +52,12 @@ def _tree_system_seconds(pid: int) -> float:
 
 
 def measure(
-    tree: Path | None, env: dict[str, str], runner: Target, options: argparse.Namespace, log: Path
+    target: str,
+    tree: Path | None,
+    env: dict[str, str],
+    runner: Target,
+    options: argparse.Namespace,
+    log: Path,
 ) -> dict[str, Any]:
     """Start the target on `tree`, warm it, load it for each window, stop it."""
     port = free_port()
@@ -67,11 +73,11 @@ def measure(
 
     windows = []
     with log.open("ab") as out:
-        args = _command(options.target, port, options.workers)
+        args = _command(target, port, options.workers)
         child = subprocess.Popen(args, env=run_env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: _live(url, child), options.target, timeout=120)
-            factories = fresh_factories(runner, f"{options.target}-{port}")
+            wait_until(lambda: _live(url, child), target, timeout=120)
+            factories = fresh_factories(runner, f"{target}-{port}")
             run_load(url, next(factories), concurrency=options.clients, duration=options.warmup)
             for _ in range(options.windows):
                 factory = next(factories)
@@ -104,24 +110,27 @@ def measure(
 
 def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    runs = [(label, tree, target) for label, tree in options.trees for target in options.targets]
     with seeded_store(store, workdir, options.pg_admin_url) as (env, runner, _db_url):
         for round_ in range(options.rounds):
-            for label, tree in options.trees:
-                row = measure(tree, env, runner, options, workdir / f"{label}.log")
+            for label, tree, target in runs:
+                row = measure(target, tree, env, runner, options, workdir / f"{label}.log")
                 print(
-                    f"[{store}] round {round_ + 1} {label}: invokes/s {row['rates']}, "
+                    f"[{store}] round {round_ + 1} {label} {target}: invokes/s {row['rates']}, "
                     f"CPU ms/invoke {row['cpu_ms']} (system {row['sys_ms']}), "
                     f"p50 ms {row['p50_ms']}",
                     file=sys.stderr,
                     flush=True,
                 )
-                rows.append({"store": store, "round": round_ + 1, "tree": label} | row)
-    for label, _tree_path in options.trees:
-        mine = [r for r in rows if r["tree"] == label]
+                rows.append(
+                    {"store": store, "round": round_ + 1, "tree": label, "target": target} | row
+                )
+    for label, _path, target in runs:
+        mine = [r for r in rows if r["tree"] == label and r["target"] == target]
         rates = [x for r in mine for x in r["rates"]]
         cpu = [x for r in mine for x in r["cpu_ms"]]
         print(
-            f"[{store}] {label}: median {statistics.median(rates)} invokes/s, "
+            f"[{store}] {label} {target}: median {statistics.median(rates)} invokes/s, "
             f"{statistics.median(cpu):.3f} ms CPU/invoke",
             file=sys.stderr,
             flush=True,
@@ -132,7 +141,7 @@ def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[di
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.invokes")
     parser.add_argument("--stores", default="sqlite")
-    parser.add_argument("--target", default="serve", choices=("serve", "floor"))
+    parser.add_argument("--targets", default="serve", help="serve, floor, leanest (comma list)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds, not counted")
@@ -143,6 +152,7 @@ def main() -> None:
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
     options = parser.parse_args()
     options.trees = options.tree or [("this", None)]
+    options.targets = options.targets.split(",")
     print_rows(options, "mercato-invokes-", run_store)
 
 
