@@ -4,16 +4,19 @@ A statement on a local SQLite file takes microseconds, less than handing it to a
 back, so each unit of work runs its statements directly on the loop. What could block the loop
 is SQLite's lock wait, so connections run with `busy_timeout=0`:
 
-- a write unit (`transaction()`, `statement()`) takes the write lock with BEGIN IMMEDIATE, and
-  when another connection holds it (another process, another thread's loop, the sync side)
-  gets SQLITE_BUSY at once and retries after an `await sleep(backoff)` (0.5 ms doubling to
-  20 ms; `OperationalError` "database is locked" after `lock_timeout`, 30 s like the sync
-  engine's busy timeout). Writers on the same loop queue on an `asyncio.Lock` first, so they
-  never poll against each other;
+- a write unit (`transaction()`) takes the write lock with BEGIN IMMEDIATE, and when another
+  connection holds it (another process, another thread's loop, the sync side) gets
+  SQLITE_BUSY at once and retries after an `await sleep(backoff)` (0.5 ms doubling to 20 ms;
+  `OperationalError` "database is locked" after `lock_timeout`, 30 s like the sync engine's
+  busy timeout). Writers on the same loop queue on an `asyncio.Lock` first, so they never
+  poll against each other;
+- a `statement()` unit's money program (accept, settle, release) is committed with the other
+  programs its loop has queued, in one transaction (`_Group`, decision 0455);
 - a read is one DEFERRED transaction (a WAL snapshot; readers do not wait for the writer),
   ended with a rollback;
 - the connection settings are the sync engine's (WAL, foreign keys, synchronous=NORMAL), but
-  for the WAL's automatic checkpoint, ten times rarer (`WAL_AUTOCHECKPOINT_PAGES`).
+  for the WAL's automatic checkpoint, ten times rarer (`WAL_AUTOCHECKPOINT_PAGES`), and
+  temporary data (a group's savepoint journal) kept in memory.
 
 Connections are plain sqlite3 connections (not bound to a loop or thread), kept in one idle
 list shared by every loop the Runtime is used from.
@@ -22,6 +25,7 @@ list shared by every loop the Runtime is used from.
 from __future__ import annotations
 
 import asyncio
+import collections
 import sqlite3
 import threading
 import time
@@ -313,49 +317,60 @@ class _Connection:
         return rows
 
     def _run(self, op: Run) -> dict[str, Any] | None:
-        """`guarded._run_steps`: the program's steps one after another in this transaction,
-        each compiled once as the sync side compiles it (`guarded.Compiled.sql`)."""
         program = self._db.program(op.program)
-        values = program.values(op.params)
-        done: dict[Any, Any] = {}
-        first = self._first
-        for step in program.steps:
-            row = first(step.statement, values, done)
-            if row is not None:
-                values.update(zip(step.names, row, strict=True))
-                continue
-            if step.empty is guarded.Empty.STOP:
-                return None
-            if step.empty is guarded.Empty.REFUSE:
-                required = True
-                if step.required_if is not None:
-                    found = first(step.required_if, values, done)
-                    required = bool(found[0]) if found is not None else False
-                if required:
-                    detail: tuple[Any, ...] = ()
-                    if step.detail is not None:
-                        detail = first(step.detail, values, done) or ()
-                    raise guarded.Refused(
-                        step.code, tuple(None if v is None else str(v) for v in detail)
-                    )
-            for name in step.names:
-                values[name] = None
-        return dict(zip(program.outputs, program.pick_outputs(values), strict=True))
-
-    def _first(
-        self, bound: _Bound, values: Mapping[str, Any], done: dict[Any, Any]
-    ) -> tuple[Any, ...] | None:
-        """The first row `bound` returns for a program's `values` (result processors
-        applied, as `_rows` applies them)."""
-        sql = bound.sql
-        if self._db.observed.listeners:
-            self._db.observed.tell("sql", sql)
         assert self._raw is not None
-        try:
-            raw = self._raw.execute(sql, bound.values(values, done)).fetchone()
-        except sqlite3.Error as error:
-            raise sqlalchemy_error(error, sql) from error
-        return None if raw is None else bound.prepared.row(raw)
+        return _run_program(self._db, self._raw, program, program.values(op.params))
+
+
+def _run_program(
+    db: SqliteDatabase, raw: sqlite3.Connection, program: _Program, values: dict[str, Any]
+) -> dict[str, Any] | None:
+    """`guarded._run_steps`: the program's steps one after another in `raw`'s transaction,
+    each compiled once as the sync side compiles it (`guarded.Compiled.sql`). A rerun with
+    the same `values` reads what it read the first time: a step's columns are set before any
+    later step reads them."""
+    done: dict[Any, Any] = {}
+    for step in program.steps:
+        row = _first(db, raw, step.statement, values, done)
+        if row is not None:
+            values.update(zip(step.names, row, strict=True))
+            continue
+        if step.empty is guarded.Empty.STOP:
+            return None
+        if step.empty is guarded.Empty.REFUSE:
+            required = True
+            if step.required_if is not None:
+                found = _first(db, raw, step.required_if, values, done)
+                required = bool(found[0]) if found is not None else False
+            if required:
+                detail: tuple[Any, ...] = ()
+                if step.detail is not None:
+                    detail = _first(db, raw, step.detail, values, done) or ()
+                raise guarded.Refused(
+                    step.code, tuple(None if v is None else str(v) for v in detail)
+                )
+        for name in step.names:
+            values[name] = None
+    return dict(zip(program.outputs, program.pick_outputs(values), strict=True))
+
+
+def _first(
+    db: SqliteDatabase,
+    raw: sqlite3.Connection,
+    bound: _Bound,
+    values: Mapping[str, Any],
+    done: dict[Any, Any],
+) -> tuple[Any, ...] | None:
+    """The first row `bound` returns for a program's `values` (result processors applied, as
+    `_Connection._rows` applies them)."""
+    sql = bound.sql
+    if db.observed.listeners:
+        db.observed.tell("sql", sql)
+    try:
+        found = raw.execute(sql, bound.values(values, done)).fetchone()
+    except sqlite3.Error as error:
+        raise sqlalchemy_error(error, sql) from error
+    return None if found is None else bound.prepared.row(found)
 
 
 class SqliteDatabase:
@@ -380,6 +395,9 @@ class SqliteDatabase:
         self._idle_lock = threading.Lock()
         self._max_idle = max_idle
         self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Group] = (
             weakref.WeakKeyDictionary()
         )
         self._closed = False
@@ -411,6 +429,9 @@ class SqliteDatabase:
             raw.execute("PRAGMA synchronous=NORMAL")
             raw.execute("PRAGMA busy_timeout=0")
             raw.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            # A group's savepoints journal the pages they change: in memory, not in a temp
+            # file spilled to disk past 64 KiB, created and written for every group (0455).
+            raw.execute("PRAGMA temp_store=MEMORY")
         except sqlite3.Error as error:
             raise sqlalchemy_error(error, None) from error
         return raw
@@ -480,8 +501,18 @@ class SqliteDatabase:
     def transaction(self) -> _WriteUnit:
         return _WriteUnit(self, Unit.TRANSACTION)
 
-    def statement(self) -> _WriteUnit:
-        return _WriteUnit(self, Unit.STATEMENT)
+    def statement(self) -> _StatementUnit:
+        return _StatementUnit(self)
+
+    def _group(self) -> _Group:
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if group is None:
+            with self._idle_lock:  # loops on other threads may add theirs at the same time
+                group = self._groups.get(loop)
+                if group is None:
+                    group = self._groups[loop] = _Group(self)
+        return group
 
     @staticmethod
     def _end(raw: sqlite3.Connection, sql: str) -> bool:
@@ -554,17 +585,18 @@ class _WriteUnit:
     writer lock; COMMIT when the block ends (ROLLBACK when a money program in it was refused,
     or on an exception)."""
 
-    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_unit")
+    __slots__ = ("_conn", "_db", "_lock", "_raw", "_token", "_told", "_unit")
 
-    def __init__(self, db: SqliteDatabase, unit: Unit) -> None:
+    def __init__(self, db: SqliteDatabase, unit: Unit, *, told: bool = True) -> None:
         self._db = db
         self._unit = unit
+        self._told = told
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
         token = bind(db._sync.ids)
         try:
-            if db.observed.listeners:
+            if self._told and db.observed.listeners:
                 db.observed.tell("unit", self._unit.value)
             lock = db._writer_lock()
             await lock.acquire()
@@ -611,3 +643,202 @@ class _WriteUnit:
             finally:
                 self._lock.release()
                 unbind(self._token)
+
+
+GROUP_MAX = 32
+"""At most this many money programs commit together (as on PostgreSQL)."""
+
+
+class _Item:
+    __slots__ = ("future", "program", "values")
+
+    def __init__(
+        self, program: _Program, values: dict[str, Any], future: asyncio.Future[Any]
+    ) -> None:
+        self.program = program
+        self.values = values
+        self.future = future
+
+
+class _Group:
+    """Group commit of one event loop's money programs on SQLite (decision 0455).
+
+    SQLite has one writer. A write unit runs without a pause once it has the write lock, so
+    on one loop writers only queue when the lock is away (another process holds it: `BEGIN
+    IMMEDIATE` backs off with the loop's writer lock held); then each queued writer waited
+    for a turn of the loop of its own, one transaction per turn, and 40-55 of a process's 64
+    calls queued there. So the `statement()` units of a loop (the invoke's accept, settle and
+    release) queue their program here, and one task runs the queue: under one `BEGIN
+    IMMEDIATE`, at most `GROUP_MAX` programs one after another, each in a SAVEPOINT, and one
+    COMMIT for all. Each caller gets its answer after that COMMIT.
+
+    - A refused program (`guarded.Refused`) or one that failed with the transaction still
+      open (a unique violation) is rolled back to its savepoint: it wrote nothing, its caller
+      gets its error, and the others of the group go on, as they would have alone.
+    - When an error ended the whole transaction, the programs already run lost their writes:
+      they go back to the head of the queue with the rest; the failing one gets its error.
+    - A COMMIT that fails fails every program of the group (each had been told so alone).
+    - A program alone runs without a savepoint: its unit as before.
+    """
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, program: _Program, values: dict[str, Any]) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        item = _Item(program, values, loop.create_future())
+        self._queue.append(item)
+        if self._task is None:
+            self._task = loop.create_task(self._drain())
+        result: dict[str, Any] | None = await item.future
+        return result
+
+    async def _drain(self) -> None:
+        queue = self._queue
+        try:
+            while queue:
+                await self._next()
+        except BaseException as error:  # a bug here must not leave callers waiting
+            _fail(list(queue), error)
+            queue.clear()
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            self._task = None
+
+    async def _next(self) -> None:
+        """Take the write lock, then run the queue's next batch in one transaction."""
+        db, queue = self._db, self._queue
+        lock = db._writer_lock()
+        await lock.acquire()
+        try:
+            raw = db._checkout()
+            healthy = True  # unless running the batch went wrong
+            try:
+                await db._begin_immediate(raw)
+                batch: list[_Item] = []
+                while queue and len(batch) < GROUP_MAX:
+                    item = queue.popleft()
+                    if not item.future.done():  # its caller was cancelled before it ran
+                        batch.append(item)
+                healthy = False
+                try:
+                    healthy = self._together(raw, batch)
+                except BaseException as error:
+                    _fail(batch, error)
+                    raise
+            finally:
+                if raw.in_transaction:
+                    healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction and healthy
+                db._checkin(raw, healthy)
+        finally:
+            lock.release()
+
+    def _together(self, raw: sqlite3.Connection, batch: list[_Item]) -> bool:
+        """Run `batch` in `raw`'s transaction and commit it (see the class); whether `raw` is
+        fit for reuse."""
+        db = self._db
+        alone = len(batch) == 1
+        ran: list[tuple[_Item, dict[str, Any] | None]] = []
+        for index, item in enumerate(batch):
+            if not alone:
+                raw.execute("SAVEPOINT grouped")
+            try:
+                result = _run_program(db, raw, item.program, item.values)
+            except Exception as error:
+                if not raw.in_transaction:  # the whole transaction ended: none of it stands
+                    _fail([item], error)
+                    self._queue.extendleft(reversed([done for done, _ in ran] + batch[index + 1 :]))
+                    return True
+                if alone:
+                    raw.execute("ROLLBACK")
+                else:
+                    raw.execute("ROLLBACK TO grouped")
+                    raw.execute("RELEASE grouped")
+                _fail([item], error)
+                continue
+            if not alone:
+                raw.execute("RELEASE grouped")
+            ran.append((item, result))
+        if not raw.in_transaction:
+            return True  # a program alone, refused and rolled back
+        try:
+            raw.execute("COMMIT")
+        except sqlite3.Error as error:
+            healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
+            _fail([item for item, _ in ran], sqlalchemy_error(error, "COMMIT"))
+            return healthy
+        for item, result in ran:
+            if not item.future.done():
+                item.future.set_result(result)
+        return True
+
+
+def _fail(items: list[_Item], error: BaseException) -> None:
+    for item in items:
+        if item.future.done():
+            continue
+        if isinstance(error, asyncio.CancelledError):
+            item.future.cancel()
+        else:
+            item.future.set_exception(error)
+
+
+class _Grouped:
+    """A `statement()` unit's connection on SQLite: its money program goes to the loop's
+    `_Group`; any other single statement runs in a write transaction of its own."""
+
+    __slots__ = ("_db", "_unit")
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+        self._unit = OneUnit(Unit.STATEMENT)
+
+    @property
+    def refused(self) -> bool:
+        return self._unit.refused
+
+    async def execute(self, op: Op) -> Any:
+        self._unit.check(op)
+        db = self._db
+        if type(op) is Run:
+            program = db.program(op.program)
+            try:
+                return await db._group().submit(program, program.values(op.params))
+            except guarded.Refused:
+                self._unit.refused = True
+                raise
+        async with _WriteUnit(db, Unit.TRANSACTION, told=False) as conn:
+            return await conn.execute(op)
+
+
+class _StatementUnit:
+    """`SqliteDatabase.statement()`: one operation, committed on its own or with the loop's
+    other money programs (`_Group`), before `execute` returns."""
+
+    __slots__ = ("_db", "_token")
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        token = bind(db._sync.ids)  # the program's fresh ids are drawn in the unit
+        if db.observed.listeners:
+            try:
+                db.observed.tell("unit", Unit.STATEMENT.value)
+            except BaseException:
+                unbind(token)
+                raise
+        self._token = token
+        return _Grouped(db)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        unbind(self._token)

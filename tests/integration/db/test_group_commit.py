@@ -1,19 +1,21 @@
-"""Money programs of concurrent `statement()` units (decisions 0370, 0440).
+"""Money programs of concurrent `statement()` units (decisions 0370, 0440, 0455).
 
 On PostgreSQL the programs of one SQL text waiting together go pipelined and commit in one
 implicit transaction (one WAL flush for all), taking the money lock exclusively; when the
 server refuses that transaction, each of its programs gets its own answer alone. Whatever the
 grouping, every caller gets the answer it would get alone, and the ledger is the one a serial
-run leaves. On SQLite each unit is its own transaction; the same outcomes are asserted.
+run leaves. On SQLite a loop's queued programs run one after another in one transaction,
+each in a savepoint (decision 0455); the same outcomes are asserted.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, String, func, select
+from sqlalchemy import BigInteger, String, func, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from builders.accounts import make_account
@@ -212,3 +214,53 @@ def test_a_group_whose_commit_is_refused_runs_each_program_alone(runtime: Runtim
     with runtime.db.read() as session:
         assert checks.run_checks(session).balanced
         assert ledger.balances(session, account_id=account).reserved == 5
+
+
+def _wal_frames(runtime: Runtime) -> int:
+    """The frames in the SQLite WAL (each commit writes every page it changed once)."""
+    path = Path(str(runtime.db.engine.url.database))
+    with runtime.db.read() as session:
+        page = int(session.execute(text("PRAGMA page_size")).scalar_one())
+    wal = path.with_name(path.name + "-wal")
+    return max(wal.stat().st_size - 32, 0) // (page + 24) if wal.exists() else 0
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_commits_the_programs_queued_on_a_loop_once(runtime: Runtime) -> None:
+    # One writer: the money programs of a loop's concurrent `statement()` units run in one
+    # transaction (decision 0455), so the pages they share (the caller's balances, the
+    # tables' last leaves) go to the WAL once, not once per program.
+    account = make_account(runtime.db, "sqlite-group@example.com")
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account, amount=GROUP_MAX, now=utcnow())
+    calls = 8
+
+    async def scenario(tag: str, n: int) -> list[Any]:
+        ops = [_reserve(account, f"{tag}-{i}") for i in range(n)]
+        return list(await asyncio.gather(*(_one(runtime, op) for op in ops)))
+
+    # Frames appended (nothing checkpoints in between: the async connections' threshold
+    # is 10,000 pages, decision 0436).
+    before = _wal_frames(runtime)
+    assert all(isinstance(a, dict) for a in run_on_fresh_loop(scenario("one", 1)))
+    one = _wal_frames(runtime) - before
+    before += one
+    assert all(isinstance(a, dict) for a in run_on_fresh_loop(scenario("many", calls)))
+    many = _wal_frames(runtime) - before
+    assert one > 0 and many < 2 * one  # one commit per program would write `calls` × `one`
+    with runtime.db.read() as session:
+        assert ledger.balances(session, account_id=account).reserved == calls + 1
+        assert checks.run_checks(session).balanced
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_groups_journal_their_savepoints_in_memory(runtime: Runtime) -> None:
+    # A group's savepoints journal every page their programs change; past 64 KiB SQLite
+    # spilled that journal to a temp file of its own, opened and written for every group.
+    from mercato.db.aio_sqlite import SqliteDatabase
+
+    raw = SqliteDatabase(runtime.db)._connect()
+    try:
+        assert raw.execute("PRAGMA temp_store").fetchone() == (2,)  # MEMORY
+    finally:
+        raw.close()
