@@ -297,7 +297,8 @@ class _Group:
     window) or every settle (the platform's revenue) must lock too, and holds them until its
     COMMIT has been flushed to disk: on one hot row, one program per WAL flush. So the
     `statement()` units of a loop queue their program here, and one task runs the queue, a
-    batch of at most `GROUP_MAX` at a time:
+    batch of at most `GROUP_MAX` at a time (a program submitted while nothing is in flight is
+    a batch of one, run by its caller: `submit`):
 
     - the programs of one SQL text (every accept, every settle: only the values differ) go
       together in ONE asyncpg `fetchmany`, in autocommit: pipelined, one round trip, and one
@@ -323,14 +324,25 @@ class _Group:
         self._pool = pool
         self._queue: collections.deque[_Item] = collections.deque()
         self._task: asyncio.Task[None] | None = None
+        self._inline = False
+        """A caller is running its program alone (`submit`): what is queued waits for it."""
         self._exclusive: dict[str, str] = {}
 
     async def submit(self, bound: _Bound) -> dict[str, Any] | None:
-        loop = asyncio.get_running_loop()
-        item = _Item(bound, loop.create_future())
-        self._queue.append(item)
-        if self._task is None:
-            self._task = loop.create_task(self._drain())
+        if self._task is None and not self._inline:
+            # Nothing in flight: this program is a batch of one, run by its caller (no task
+            # to start, no future to wake: a loop turn less each way, which is what a lone
+            # call waits for). Programs submitted meanwhile queue behind it, as they would
+            # behind a batch of the task's, and the task drains them once it is done.
+            self._inline = True
+            try:
+                return await self._once(bound)
+            finally:
+                self._inline = False
+                if self._queue and self._task is None:
+                    self._task = asyncio.get_running_loop().create_task(self._drain())
+        item = _Item(bound, asyncio.get_running_loop().create_future())
+        self._queue.append(item)  # the task, or the caller running alone, drains it
         result: dict[str, Any] | None = await item.future
         return result
 
