@@ -164,7 +164,9 @@ class _Pool:
 
 
 class _Connection:
-    """One unit of work's connection (`plans.AsyncConnection`)."""
+    """One unit of work's connection (`plans.AsyncConnection`). Without a driver connection
+    (a read unit's, `_ReadUnit`), it takes one from the loop's pool at its first statement and
+    keeps it to the unit's end."""
 
     __slots__ = ("_conn", "_db", "_unit", "served")
 
@@ -181,6 +183,8 @@ class _Connection:
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
+        if self._conn is None:
+            self._conn = await self._db._pool().acquire()
         if isinstance(op, Run):
             try:
                 return await self._run(op)
@@ -474,9 +478,11 @@ class _ReadUnit:
     """`PostgresDatabase.read()`: a connection in autocommit for the block, as
     `_unit(Unit.READ, begin=False)` gives it (nothing to begin or end), written as a class:
     no generator and no `contextmanager` objects to make and step through per unit (a replay
-    is one read unit; decision 0430)."""
+    is one read unit; decision 0430). The driver connection is taken from the pool at the
+    unit's first statement (`_Connection`): a unit that reads nothing (a warm invoke's, served
+    from memory: decision 0400) takes none (decision 0461)."""
 
-    __slots__ = ("_conn", "_db", "_pool", "_token")
+    __slots__ = ("_db", "_token", "_unit")
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
@@ -484,19 +490,16 @@ class _ReadUnit:
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
         self._token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
-        try:
-            if db.observed.listeners:
-                db.observed.tell("unit", Unit.READ.value)
-            pool = self._pool = db._pool()
-            conn = self._conn = await pool.acquire()
-        except BaseException:
-            unbind(self._token)
-            raise
-        return _Connection(db, conn, Unit.READ)
+        if db.observed.listeners:
+            db.observed.tell("unit", Unit.READ.value)
+        unit = self._unit = _Connection(db, None, Unit.READ)
+        return unit
 
     async def __aexit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
         try:
-            self._pool.release(self._conn, error is None or _fit_after(error))
+            conn = self._unit._conn
+            if conn is not None:
+                self._db._pool().release(conn, error is None or _fit_after(error))
         finally:
             unbind(self._token)
 
