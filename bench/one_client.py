@@ -15,16 +15,19 @@ server processes' CPU per invoke.
 
     python -m bench.one_client [--stores postgresql] [--workers 2] [--seconds 5]
         [--windows 3] [--rounds 3] [--warmup 300] [--clients 1] [--leanest]
-        [--tree LABEL=PATH ...]
+        [--paired] [--calls 1000] [--tree LABEL=PATH ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
 import sys
+import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from bench.harness import (
     wait_until,
 )
 from bench.instructions import _tree, print_rows, seeded_store
-from bench.load import run_load
+from bench.load import _encode, _read_response, run_load
 from bench.replays import _pg_backends
 
 
@@ -147,6 +150,93 @@ def measure(
     return row
 
 
+async def _paired_calls(urls: list[str], runner: Target, tag: str, calls: int) -> list[list[float]]:
+    """`calls` invokes to each of `urls` in turn (one client: a, b, a, b, ...), each on its own
+    keep-alive connection: the latencies (ms) per URL, call by call."""
+    streams = []
+    for url in urls:
+        host, _, port = url.removeprefix("http://").partition(":")
+        streams.append((f"{host}:{port}", *await asyncio.open_connection(host, int(port))))
+    factory = invoke_factory(runner, tag)
+    latencies: list[list[float]] = [[] for _ in urls]
+    for n in range(calls):
+        for index, (hostport, reader, writer) in enumerate(streams):
+            method, path, headers, body = factory(index, n)
+            began = time.perf_counter()
+            writer.write(_encode(hostport, method, path, headers, body))
+            status, _payload, _close = await _read_response(reader)
+            latencies[index].append((time.perf_counter() - began) * 1000.0)
+            if status != 200:
+                raise RuntimeError(f"{urls[index]}: answered {status}")
+    for _hostport, _reader, writer in streams:
+        writer.close()
+    return latencies
+
+
+def run_paired(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """Every tree's serve at once; one client sends each its invoke in turn, call after call,
+    so that the trees share every moment of the machine's load (`--paired`)."""
+    rows: list[dict[str, Any]] = []
+    with (
+        seeded_store(store, workdir, options.pg_admin_url) as (env, runner, _db_url),
+        ExitStack() as stack,
+    ):
+        urls = []
+        for label, tree in options.trees:
+            port = free_port()
+            run_env = dict(env)
+            cwd = None
+            if tree is not None:
+                run_env["PYTHONPATH"] = f"{tree / 'src'}{os.pathsep}{tree}"
+                cwd = str(tree)
+            log = stack.enter_context((workdir / f"serve-{label}.log").open("ab"))
+            child = subprocess.Popen(
+                _command("serve", port, options.workers),
+                env=run_env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(child.wait, 60)
+            stack.callback(child.terminate)
+            url = f"http://{HOST}:{port}"
+            wait_until(lambda url=url, child=child: _live(url, child), "serve", timeout=120)
+            urls.append(url)
+        for url in urls:
+            run_load(url, invoke_factory(runner, f"w-{url[-5:]}"), concurrency=2, duration=2.0)
+        for round_ in range(options.rounds):
+            alone = run_load(
+                runner.provider,
+                direct_factory(runner, f"d{round_}"),
+                concurrency=1,
+                duration=options.seconds,
+            )
+            base = alone.percentile(50)
+            got = asyncio.run(_paired_calls(urls, runner, f"p{round_}", options.calls))
+            first = got[0]
+            for (label, _tree), latencies in zip(options.trees, got, strict=True):
+                diffs = [b - a for a, b in zip(first, latencies, strict=True)]
+                row = {
+                    "store": store,
+                    "round": round_ + 1,
+                    "tree": label,
+                    "calls": len(latencies),
+                    "added_p50_ms": round(statistics.median(latencies) - base, 3),
+                    "p50_ms": round(statistics.median(latencies), 3),
+                    "direct_p50_ms": round(base, 3),
+                    "paired_median_diff_ms": round(statistics.median(diffs), 3),
+                }
+                rows.append(row)
+                print(
+                    f"  round {round_ + 1} {label}: added p50 {row['added_p50_ms']:+.3f} ms"
+                    f" (p50 {row['p50_ms']:.3f}, provider {base:.3f}); median of the paired"
+                    f" differences from {options.trees[0][0]}: {row['paired_median_diff_ms']:+.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rows
+
+
 def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     targets = ["serve", "leanest"] if options.leanest else ["serve"]
@@ -182,11 +272,15 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=int, default=300, help="invokes, not measured")
     parser.add_argument("--leanest", action="store_true", help="measure bench.leanest too")
+    parser.add_argument(
+        "--paired", action="store_true", help="every tree at once, one client taking turns"
+    )
+    parser.add_argument("--calls", type=int, default=1000, help="per tree and round (--paired)")
     parser.add_argument("--tree", action="append", type=_tree, default=[])
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
     options = parser.parse_args()
     options.trees = options.tree or [("this", None)]
-    print_rows(options, "mercato-one-client-", run_store)
+    print_rows(options, "mercato-one-client-", run_paired if options.paired else run_store)
 
 
 if __name__ == "__main__":
