@@ -168,11 +168,13 @@ class _Connection:
     (a read unit's, `_ReadUnit`), it takes one from the loop's pool at its first statement and
     keeps it to the unit's end."""
 
-    __slots__ = ("_conn", "_db", "_unit", "served")
+    __slots__ = ("_conn", "_db", "_pool", "_unit", "served")
 
     def __init__(self, db: PostgresDatabase, conn: Any, unit: Unit) -> None:
         self._db = db
         self._conn = conn
+        self._pool: _Pool | None = None
+        """The pool this unit took its connection from (a read unit's, at its first statement)."""
         self._unit = OneUnit(unit)
         self.served: Served | None = None
         """What this unit served from memory (`mercato.db.hints.note_served`)."""
@@ -184,7 +186,9 @@ class _Connection:
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
         if self._conn is None:
-            self._conn = await self._db._pool().acquire()
+            pool = self._db._pool()
+            self._conn = await pool.acquire()
+            self._pool = pool  # only once taken: the unit's end gives back what it holds
         if isinstance(op, Run):
             try:
                 return await self._run(op)
@@ -497,9 +501,9 @@ class _ReadUnit:
 
     async def __aexit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
         try:
-            conn = self._unit._conn
-            if conn is not None:
-                self._db._pool().release(conn, error is None or _fit_after(error))
+            unit = self._unit
+            if unit._pool is not None:
+                unit._pool.release(unit._conn, error is None or _fit_after(error))
         finally:
             unbind(self._token)
 

@@ -699,6 +699,33 @@ def test_a_postgres_read_that_sends_nothing_takes_no_connection(runtime: Runtime
     assert after >= 1 and idle == 1 and backend > 0
 
 
+@pytest.mark.postgres_only
+def test_a_read_whose_connection_cannot_be_had_raises_that_and_holds_nothing(
+    runtime: Runtime,
+) -> None:
+    from mercato.db.aio_postgres import PostgresDatabase, _Pool
+
+    class Unreachable(_Pool):
+        async def _connect(self) -> Any:
+            raise OSError("refused")
+
+    class Failing(PostgresDatabase):
+        def _pool(self) -> Any:
+            pool = super()._pool()
+            pool.__class__ = Unreachable
+            return pool
+
+    adb = Failing(runtime.db)
+
+    async def scenario() -> int:
+        with pytest.raises(OperationalError):
+            async with adb.read() as conn:
+                await conn.execute(Rows(_PID))
+        return adb._pool()._slots._value
+
+    assert run_on_fresh_loop(scenario()) == adb._max_size  # every slot free again
+
+
 # --- SQLite: a read that reads nothing, a program's values -----------------------------------
 
 
