@@ -182,7 +182,10 @@ def run_paired(store: str, options: argparse.Namespace, workdir: Path) -> list[d
         ExitStack() as stack,
     ):
         urls = []
-        for label, tree in options.trees:
+        started = [("serve", label, tree) for label, tree in options.trees]
+        if options.leanest:  # the leanest path of the first tree, taking its turn last
+            started.append(("leanest", f"{options.trees[0][0]}-leanest", options.trees[0][1]))
+        for what, label, tree in started:
             port = free_port()
             run_env = dict(env)
             cwd = None
@@ -191,7 +194,7 @@ def run_paired(store: str, options: argparse.Namespace, workdir: Path) -> list[d
                 cwd = str(tree)
             log = stack.enter_context((workdir / f"serve-{label}.log").open("ab"))
             child = subprocess.Popen(
-                _command("serve", port, options.workers),
+                _command(what, port, options.workers),
                 env=run_env,
                 cwd=cwd,
                 stdout=log,
@@ -214,7 +217,7 @@ def run_paired(store: str, options: argparse.Namespace, workdir: Path) -> list[d
             base = alone.percentile(50)
             got = asyncio.run(_paired_calls(urls, runner, f"p{round_}", options.calls))
             first = got[0]
-            for (label, _tree), latencies in zip(options.trees, got, strict=True):
+            for (_what, label, _tree), latencies in zip(started, got, strict=True):
                 diffs = [b - a for a, b in zip(first, latencies, strict=True)]
                 row = {
                     "store": store,
