@@ -165,13 +165,17 @@ class _Pool:
 
 
 class _Connection:
-    """One unit of work's connection (`plans.AsyncConnection`)."""
+    """One unit of work's connection (`plans.AsyncConnection`). Without a driver connection
+    (a read unit's, `_ReadUnit`), it takes one from the loop's pool at its first statement and
+    keeps it to the unit's end."""
 
-    __slots__ = ("_conn", "_db", "_unit", "served")
+    __slots__ = ("_conn", "_db", "_pool", "_unit", "served")
 
     def __init__(self, db: PostgresDatabase, conn: Any, unit: Unit) -> None:
         self._db = db
         self._conn = conn
+        self._pool: _Pool | None = None
+        """The pool this unit took its connection from (a read unit's, at its first statement)."""
         self._unit = OneUnit(unit)
         self.served: Served | None = None
         """What this unit served from memory (`mercato.db.hints.note_served`)."""
@@ -182,6 +186,10 @@ class _Connection:
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
+        if self._conn is None:
+            pool = self._db._pool()
+            self._conn = await pool.acquire()
+            self._pool = pool  # only once taken: the unit's end gives back what it holds
         if isinstance(op, Run):
             try:
                 return await self._run(op)
@@ -300,7 +308,8 @@ class _Group:
     window) or every settle (the platform's revenue) must lock too, and holds them until its
     COMMIT has been flushed to disk: on one hot row, one program per WAL flush. So the
     `statement()` units of a loop queue their program here, and one task runs the queue, a
-    batch of at most `GROUP_MAX` at a time:
+    batch of at most `GROUP_MAX` at a time (a program submitted while nothing is in flight is
+    a batch of one, run by its caller: `submit`):
 
     - the programs of one SQL text (every accept, every settle: only the values differ) go
       together in ONE asyncpg `fetchmany`, in autocommit: pipelined, one round trip, and one
@@ -326,14 +335,25 @@ class _Group:
         self._pool = pool
         self._queue: collections.deque[_Item] = collections.deque()
         self._task: asyncio.Task[None] | None = None
+        self._inline = False
+        """A caller is running its program alone (`submit`): what is queued waits for it."""
         self._exclusive: dict[str, str] = {}
 
     async def submit(self, bound: _Bound) -> dict[str, Any] | None:
-        loop = asyncio.get_running_loop()
-        item = _Item(bound, loop.create_future())
-        self._queue.append(item)
-        if self._task is None:
-            self._task = loop.create_task(self._drain())
+        if self._task is None and not self._inline:
+            # Nothing in flight: this program is a batch of one, run by its caller (no task
+            # to start, no future to wake: a loop turn less each way, which is what a lone
+            # call waits for). Programs submitted meanwhile queue behind it, as they would
+            # behind a batch of the task's, and the task drains them once it is done.
+            self._inline = True
+            try:
+                return await self._once(bound)
+            finally:
+                self._inline = False
+                if self._queue and self._task is None:
+                    self._task = asyncio.get_running_loop().create_task(self._drain())
+        item = _Item(bound, asyncio.get_running_loop().create_future())
+        self._queue.append(item)  # the task, or the caller running alone, drains it
         result: dict[str, Any] | None = await item.future
         return result
 
@@ -465,9 +485,11 @@ class _ReadUnit:
     """`PostgresDatabase.read()`: a connection in autocommit for the block, as
     `_unit(Unit.READ, begin=False)` gives it (nothing to begin or end), written as a class:
     no generator and no `contextmanager` objects to make and step through per unit (a replay
-    is one read unit; decision 0430)."""
+    is one read unit; decision 0430). The driver connection is taken from the pool at the
+    unit's first statement (`_Connection`): a unit that reads nothing (a warm invoke's, served
+    from memory: decision 0400) takes none (decision 0461)."""
 
-    __slots__ = ("_conn", "_db", "_pool", "_token")
+    __slots__ = ("_db", "_token", "_unit")
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
@@ -475,19 +497,16 @@ class _ReadUnit:
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
         self._token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
-        try:
-            if db.observed.listeners:
-                db.observed.tell("unit", Unit.READ.value)
-            pool = self._pool = db._pool()
-            conn = self._conn = await pool.acquire()
-        except BaseException:
-            unbind(self._token)
-            raise
-        return _Connection(db, conn, Unit.READ)
+        if db.observed.listeners:
+            db.observed.tell("unit", Unit.READ.value)
+        unit = self._unit = _Connection(db, None, Unit.READ)
+        return unit
 
     async def __aexit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
         try:
-            self._pool.release(self._conn, error is None or _fit_after(error))
+            unit = self._unit
+            if unit._pool is not None:
+                unit._pool.release(unit._conn, error is None or _fit_after(error))
         finally:
             unbind(self._token)
 

@@ -667,6 +667,65 @@ def test_observers_see_the_units_and_the_statements_sent(runtime: Runtime, probe
         assert sql[-1] == "INSERT" and len(sql) >= 2  # the program's steps, then the insert
 
 
+@pytest.mark.postgres_only
+def test_a_postgres_read_that_sends_nothing_takes_no_connection(runtime: Runtime) -> None:
+    # A warm invoke's read unit reads nothing (decision 0400): it takes no connection from the
+    # pool (decision 0461); a read that sends a statement takes one, and gives it back after.
+    from mercato.db.aio_postgres import PostgresDatabase
+
+    opened: list[object] = []
+
+    class Counting(PostgresDatabase):
+        def _pool(self) -> Any:
+            pool = super()._pool()
+            opened.append(pool)
+            return pool
+
+    adb = Counting(runtime.db)
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with adb.read():
+            pass  # a warm invoke's read: everything from memory
+        before = len(opened)
+        async with adb.read() as conn:
+            backend = int((await conn.execute(Rows(_PID)))[0][0])
+            assert int((await conn.execute(Rows(_PID)))[0][0]) == backend  # one connection
+        idle = len(adb._pool()._idle)
+        await adb.close()
+        return before, len(opened), idle, backend
+
+    before, after, idle, backend = run_on_fresh_loop(scenario())
+    assert before == 0  # no pool asked, so no connection taken
+    assert after >= 1 and idle == 1 and backend > 0
+
+
+@pytest.mark.postgres_only
+def test_a_read_whose_connection_cannot_be_had_raises_that_and_holds_nothing(
+    runtime: Runtime,
+) -> None:
+    from mercato.db.aio_postgres import PostgresDatabase, _Pool
+
+    class Unreachable(_Pool):
+        async def _connect(self) -> Any:
+            raise OSError("refused")
+
+    class Failing(PostgresDatabase):
+        def _pool(self) -> Any:
+            pool = super()._pool()
+            pool.__class__ = Unreachable
+            return pool
+
+    adb = Failing(runtime.db)
+
+    async def scenario() -> int:
+        with pytest.raises(OperationalError):
+            async with adb.read() as conn:
+                await conn.execute(Rows(_PID))
+        return adb._pool()._slots._value
+
+    assert run_on_fresh_loop(scenario()) == adb._max_size  # every slot free again
+
+
 # --- SQLite: a read that reads nothing, a program's values -----------------------------------
 
 

@@ -111,6 +111,39 @@ def test_a_program_alone_is_one_round_trip_without_begin(runtime: Runtime) -> No
         assert sent[1][1].startswith("WITH mercato_money AS")
 
 
+@pytest.mark.postgres_only
+def test_a_program_with_nothing_in_flight_runs_in_its_callers_task(runtime: Runtime) -> None:
+    # No task to start and no future to wake for a lone program (what one client waits for);
+    # programs submitted while it is in flight still wait for it and then go as a group.
+    account = make_account(runtime.db, "inline@example.com")
+    with runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account, amount=GROUP_MAX, now=utcnow())
+    ops = [_reserve(account, f"i-{i}") for i in range(GROUP_MAX)]
+    tasks: list[tuple[str, asyncio.Task[Any] | None]] = []
+
+    def told(kind: str, detail: str) -> None:
+        if kind == "sql":
+            tasks.append((detail, asyncio.current_task()))
+
+    async def scenario() -> tuple[asyncio.Task[Any] | None, list[Any]]:
+        callers = [asyncio.ensure_future(_one(runtime, op)) for op in ops]
+        answers = list(await asyncio.gather(*callers))
+        return callers[0], answers
+
+    with observing(runtime.adb, told):
+        first, answers = run_on_fresh_loop(scenario())
+
+    assert all(isinstance(a, dict) for a in answers), answers
+    assert tasks[0][1] is first  # the first program, alone: sent by its caller's own task
+    assert _SHARED in tasks[0][0]
+    rest = tasks[1:]
+    assert rest and all(_EXCLUSIVE in sql for sql, _ in rest)  # the others: a group after it
+    assert len(rest) < len(ops) - 1
+    with runtime.db.read() as session:
+        assert ledger.balances(session, account_id=account).reserved == GROUP_MAX
+        assert checks.run_checks(session).balanced
+
+
 def test_a_group_sends_the_programs_of_one_sql_text_together(runtime: Runtime) -> None:
     # Pipelined (asyncpg `fetchmany`): one send for all of a group's programs of one text,
     # each still getting its own answer.
