@@ -31,15 +31,18 @@ _PLAIN = (
     .where(_accounts.email.like(bindparam("pattern")))
     .order_by(_accounts.email)
 )
+_WARM = select(func.count()).select_from(Account.__table__)
 PATTERNS = ["a%", "b%", "c%", "a%", "%@grouped.example", "b1%"]
 
 
 async def _warm(runtime: Runtime, units: int) -> None:
     """Open `units` connections and leave them idle in the loop's pool, so that concurrent
-    units then take theirs without waiting (and ask for their reads at the same turn)."""
+    units then take theirs without waiting (and ask for their reads at the same turn). Each
+    unit reads once: a read unit takes its connection at its first statement (decision 0461)."""
     async with contextlib.AsyncExitStack() as stack:
         for _ in range(units):
-            await stack.enter_async_context(runtime.adb.read())
+            conn = await stack.enter_async_context(runtime.adb.read())
+            await conn.execute(Rows(_WARM))
 
 
 async def _read(runtime: Runtime, pattern: str) -> list[tuple[Any, ...]]:
