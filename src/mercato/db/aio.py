@@ -26,10 +26,11 @@ otherwise commit; decision 0324).
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mercato.core.ids import new_id
 from mercato.db import guarded
@@ -138,3 +139,21 @@ def make_async_database(db: Database) -> AsyncDatabase:
     # connections that no running loop can still use.
     db.on_dispose(adb.dispose_ended)
     return adb
+
+
+class Waiting(Protocol):
+    """Work queued for a task of the loop (a grouped program or read); its caller awaits
+    `future`."""
+
+    future: asyncio.Future[Any]
+
+
+def fail_waiting(items: Iterable[Waiting], error: BaseException) -> None:
+    """Give every item whose caller still waits `error` (a cancellation cancels its future)."""
+    for item in items:
+        if item.future.done():
+            continue
+        if isinstance(error, asyncio.CancelledError):
+            item.future.cancel()
+        else:
+            item.future.set_exception(error)

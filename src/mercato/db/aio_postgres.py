@@ -38,7 +38,7 @@ from sqlalchemy.exc import DBAPIError
 
 from mercato.core.ids import bind, bound, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, program_values
+from mercato.db.aio import Observed, OneUnit, Unit, fail_waiting, program_values
 from mercato.db.aio_reads import is_grouped, read_group
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
@@ -374,9 +374,9 @@ class _Group:
                     elif runs:
                         await asyncio.gather(*(self._run(run) for run in runs.values()))
                 except BaseException as error:  # a bug here must not leave callers waiting
-                    _fail(batch, error)
+                    fail_waiting(batch, error)
                     if not isinstance(error, Exception):
-                        _fail(list(self._queue), error)
+                        fail_waiting(list(self._queue), error)
                         self._queue.clear()
                         raise
         finally:
@@ -397,7 +397,7 @@ class _Group:
         try:
             result = await self._once(item.bound)
         except Exception as error:
-            _fail([item], error)
+            fail_waiting([item], error)
             return
         if not item.future.done():
             item.future.set_result(result)
@@ -420,7 +420,7 @@ class _Group:
             healthy = not conn.is_in_transaction()
             records = None
         except (asyncpg.InterfaceError, OSError) as error:  # whether it committed is unknown
-            _fail(run, sqlalchemy_error(error, sql))
+            fail_waiting(run, sqlalchemy_error(error, sql))
             return
         except BaseException as error:
             healthy = _fit_after(error)
@@ -433,21 +433,11 @@ class _Group:
             return
         if len(records) != len(run):  # committed, yet not one row per program
             missing = asyncpg.InterfaceError("a money program returned no row")
-            _fail(run, sqlalchemy_error(missing, sql))
+            fail_waiting(run, sqlalchemy_error(missing, sql))
             return
         for item, record in zip(run, records, strict=True):
             if not item.future.done():
                 item.future.set_result(_program_answer(item.bound, record))
-
-
-def _fail(items: list[_Item], error: BaseException) -> None:
-    for item in items:
-        if item.future.done():
-            continue
-        if isinstance(error, asyncio.CancelledError):
-            item.future.cancel()
-        else:
-            item.future.set_exception(error)
 
 
 class _Grouped:

@@ -38,6 +38,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy import Integer, Select, bindparam
 
+from mercato.db.aio import fail_waiting
 from mercato.db.aio_statements import Prepared, sqlalchemy_error
 
 GROUPED = "mercato_grouped_read"
@@ -135,7 +136,7 @@ class ReadGroup:
                 await _alone(prepared, read)
             return
         except BaseException as error:  # this task itself cancelled: the loop is ending
-            _fail(live, error)
+            fail_waiting(live, error)
             raise
         self.batches += 1
         rows: list[list[Any]] = [[] for _ in live]
@@ -165,10 +166,10 @@ async def _alone(prepared: Prepared, read: _Read) -> None:
     try:
         records = await read.conn.fetch(prepared.sql, *read.values)
     except Exception as error:
-        _fail([read], _driver_error(error, prepared.sql))
+        fail_waiting([read], _driver_error(error, prepared.sql))
         return
     except BaseException as error:
-        _fail([read], error)
+        fail_waiting([read], error)
         raise
     if not read.future.done():
         row = prepared.row
@@ -180,13 +181,3 @@ def _driver_error(error: Exception, sql: str) -> Exception:
     if isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError | OSError):
         return sqlalchemy_error(error, sql)
     return error
-
-
-def _fail(reads: list[_Read], error: BaseException) -> None:
-    for read in reads:
-        if read.future.done():
-            continue
-        if isinstance(error, asyncio.CancelledError):
-            read.future.cancel()
-        else:
-            read.future.set_exception(error)

@@ -42,7 +42,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from mercato.core.ids import bind, new_id, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit
+from mercato.db.aio import Observed, OneUnit, Unit, fail_waiting
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
@@ -701,7 +701,7 @@ class _Group:
             while queue:
                 await self._next()
         except BaseException as error:  # a bug here must not leave callers waiting
-            _fail(list(queue), error)
+            fail_waiting(list(queue), error)
             queue.clear()
             if not isinstance(error, Exception):
                 raise
@@ -727,7 +727,7 @@ class _Group:
                 try:
                     healthy = self._together(raw, batch)
                 except BaseException as error:
-                    _fail(batch, error)
+                    fail_waiting(batch, error)
                     raise
             finally:
                 if raw.in_transaction:
@@ -749,7 +749,7 @@ class _Group:
                 result = _run_program(db, raw, item.program, item.values)
             except Exception as error:
                 if not raw.in_transaction:  # the whole transaction ended: none of it stands
-                    _fail([item], error)
+                    fail_waiting([item], error)
                     self._queue.extendleft(reversed([done for done, _ in ran] + batch[index + 1 :]))
                     return True
                 if alone:
@@ -757,7 +757,7 @@ class _Group:
                 else:
                     raw.execute("ROLLBACK TO grouped")
                     raw.execute("RELEASE grouped")
-                _fail([item], error)
+                fail_waiting([item], error)
                 continue
             if not alone:
                 raw.execute("RELEASE grouped")
@@ -768,22 +768,12 @@ class _Group:
             raw.execute("COMMIT")
         except sqlite3.Error as error:
             healthy = db._end(raw, "ROLLBACK") and not raw.in_transaction
-            _fail([item for item, _ in ran], sqlalchemy_error(error, "COMMIT"))
+            fail_waiting([item for item, _ in ran], sqlalchemy_error(error, "COMMIT"))
             return healthy
         for item, result in ran:
             if not item.future.done():
                 item.future.set_result(result)
         return True
-
-
-def _fail(items: list[_Item], error: BaseException) -> None:
-    for item in items:
-        if item.future.done():
-            continue
-        if isinstance(error, asyncio.CancelledError):
-            item.future.cancel()
-        else:
-            item.future.set_exception(error)
 
 
 class _Grouped:
