@@ -486,9 +486,14 @@ class _ReadUnit:
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        self._token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
+        token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
         if db.observed.listeners:
-            db.observed.tell("unit", Unit.READ.value)
+            try:
+                db.observed.tell("unit", Unit.READ.value)
+            except BaseException:  # no unit: `__aexit__` will not run to unbind
+                unbind(token)
+                raise
+        self._token = token
         unit = self._unit = _Connection(db, None, Unit.READ)
         return unit
 

@@ -890,3 +890,31 @@ def test_a_value_bound_in_several_places_is_processed_once_per_run(
         ("b-1-again", second),
         ("b-2", second),
     ]
+
+
+def test_a_unit_whose_start_fails_leaves_the_id_source_as_it_was(runtime: Runtime) -> None:
+    """Every unit binds the Runtime's id source for its block; one whose start fails (here a
+    listener refusing it) must give the caller's context back as it found it."""
+    from mercato.core import ids
+    from mercato.db.aio import observing
+
+    def refuse(kind: str, detail: str) -> None:
+        if kind == "unit":
+            raise RuntimeError("refused at the start")
+
+    async def scenario() -> list[bool]:
+        before = ids._current.get()
+        kept = []
+        for unit in (runtime.adb.read, runtime.adb.transaction, runtime.adb.statement):
+            with observing(runtime.adb, refuse), pytest.raises(RuntimeError):
+                async with unit():
+                    pass
+            kept.append(ids._current.get() is before)
+        return kept
+
+    source = runtime.db.ids
+    runtime.db.ids = SystemIds()  # a source of its own, so that a leaked binding shows
+    try:
+        assert run_on_fresh_loop(scenario()) == [True, True, True]
+    finally:
+        runtime.db.ids = source
