@@ -275,8 +275,9 @@ def _publish(
 # --- CPU accounting (robust where wall-clock rates are not: a shared, loaded machine) ------
 
 
-def _tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its live descendants (Linux /proc)."""
+def _tree_cpu_seconds(pid: int, *, system_only: bool = False) -> float:
+    """User + system (or, with `system_only`, system) CPU seconds of `pid` and its live
+    descendants (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
@@ -286,7 +287,8 @@ def _tree_cpu_seconds(pid: int) -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        ticks = int(fields[12]) + (0 if system_only else int(fields[11]))
+        stats[int(entry.name)] = (int(fields[1]), ticks / tick)
     total, frontier = 0.0, [pid]
     while frontier:
         current = frontier.pop()

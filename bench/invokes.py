@@ -25,7 +25,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.harness import DEFAULT_PG_ADMIN, HOST, Target, _live, free_port, measured, wait_until
+from bench.harness import (
+    DEFAULT_PG_ADMIN,
+    HOST,
+    Target,
+    _live,
+    _tree_cpu_seconds,
+    free_port,
+    measured,
+    wait_until,
+)
 from bench.instructions import _tree, fresh_factories, print_rows, seeded_store
 from bench.load import run_load
 
@@ -33,22 +42,6 @@ from bench.load import run_load
 def _command(target: str, port: int, workers: int) -> list[str]:
     module = ["mercato", "serve"] if target == "serve" else [f"bench.{target}"]
     return [sys.executable, "-m", *module, "--port", str(port), "--workers", str(workers)]
-
-
-def _tree_system_seconds(pid: int) -> float:
-    """System CPU seconds of `pid` and its live children (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if entry.name == str(pid) or fields[1] == str(pid):
-            total += int(fields[12]) / tick
-    return total
 
 
 def measure(
@@ -81,7 +74,7 @@ def measure(
             run_load(url, next(factories), concurrency=options.clients, duration=options.warmup)
             for _ in range(options.windows):
                 factory = next(factories)
-                system = _tree_system_seconds(child.pid)
+                system = _tree_cpu_seconds(child.pid, system_only=True)
                 windows.append(
                     measured(
                         child.pid,
@@ -95,7 +88,7 @@ def measure(
                         ),
                     )
                 )
-                system = _tree_system_seconds(child.pid) - system
+                system = _tree_cpu_seconds(child.pid, system_only=True) - system
                 windows[-1]["sys_ms"] = round(1000 * system / max(windows[-1]["answered"], 1), 3)
         finally:
             child.terminate()

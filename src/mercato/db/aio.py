@@ -30,9 +30,10 @@ import asyncio
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import Token
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mercato.core.ids import new_id
+from mercato.core.ids import Ids, bind, new_id, unbind
 from mercato.db import guarded
 from mercato.db.plans import AsyncDatabase, Op, Run
 from mercato.db.uow import Database, ReadSessionWrote, StatementSessionReused
@@ -157,3 +158,17 @@ def fail_waiting(items: Iterable[Waiting], error: BaseException) -> None:
             item.future.cancel()
         else:
             item.future.set_exception(error)
+
+
+def begin_unit(observed: Observed, ids: Ids, unit: Unit) -> Token[Ids]:
+    """Bind `ids` for a unit of work (the rows it names take their ids from them) and tell the
+    listeners it began; when a listener refuses it, unbind first: the unit never began, so no
+    `__aexit__` will end it. End the unit with `unbind`."""
+    token = bind(ids)
+    if observed.listeners:
+        try:
+            observed.tell("unit", unit.value)
+        except BaseException:
+            unbind(token)
+            raise
+    return token

@@ -36,9 +36,16 @@ import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.exc import DBAPIError
 
-from mercato.core.ids import bind, bound, unbind
+from mercato.core.ids import bound, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, fail_waiting, program_values
+from mercato.db.aio import (
+    Observed,
+    OneUnit,
+    Unit,
+    begin_unit,
+    fail_waiting,
+    program_values,
+)
 from mercato.db.aio_reads import is_grouped, read_group
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
@@ -486,14 +493,8 @@ class _ReadUnit:
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        token = bind(db._sync.ids)  # as `_unit`: fresh ids drawn in the unit are its own
-        if db.observed.listeners:
-            try:
-                db.observed.tell("unit", Unit.READ.value)
-            except BaseException:  # no unit: `__aexit__` will not run to unbind
-                unbind(token)
-                raise
-        self._token = token
+        # As `_unit`: fresh ids drawn in the unit are its own.
+        self._token = begin_unit(db.observed, db._sync.ids, Unit.READ)
         unit = self._unit = _Connection(db, None, Unit.READ)
         return unit
 

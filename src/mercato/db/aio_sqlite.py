@@ -42,7 +42,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from mercato.core.ids import bind, new_id, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, fail_waiting
+from mercato.db.aio import Observed, OneUnit, Unit, begin_unit, fail_waiting
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
@@ -555,13 +555,7 @@ class _ReadUnit:
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        token = bind(db._sync.ids)
-        if db.observed.listeners:
-            try:
-                db.observed.tell("unit", Unit.READ.value)
-            except BaseException:
-                unbind(token)
-                raise
+        token = begin_unit(db.observed, db._sync.ids, Unit.READ)
         self._token, self._conn = token, _Connection(db, None, Unit.READ)
         return self._conn
 
@@ -815,14 +809,8 @@ class _StatementUnit:
 
     async def __aenter__(self) -> AsyncConnection:
         db = self._db
-        token = bind(db._sync.ids)  # the program's fresh ids are drawn in the unit
-        if db.observed.listeners:
-            try:
-                db.observed.tell("unit", Unit.STATEMENT.value)
-            except BaseException:
-                unbind(token)
-                raise
-        self._token = token
+        # The program's fresh ids are drawn in the unit.
+        self._token = begin_unit(db.observed, db._sync.ids, Unit.STATEMENT)
         return _Grouped(db)
 
     async def __aexit__(
