@@ -14,6 +14,7 @@ anything else is a 500, counted as such). Never a product entry point.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import orjson
 import uvicorn
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from mercato.cli.serving import run_workers
 from mercato.db.runtime import Runtime
 from mercato.dispatch.async_client import AsyncProviderClient
 from mercato.dispatch.port import PerLoopProvider
@@ -80,15 +82,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    uvicorn.run(
-        "bench.floor:create_app",
-        factory=True,
-        host="127.0.0.1",
-        port=args.port,
-        workers=args.workers,
-        log_level="warning",
-        access_log=False,
-    )
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": "127.0.0.1",
+        "port": args.port,
+        "log_level": "warning",
+        "access_log": False,
+    }
+    if args.workers == 1:
+        uvicorn.run("bench.floor:create_app", **options)
+        return
+    # Each worker on a listening socket of its own, as `mercato serve` (decision 0465).
+    run_workers("bench.floor:create_app", args.workers, **options)
 
 
 if __name__ == "__main__":

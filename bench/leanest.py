@@ -1010,24 +1010,34 @@ async def _raw_worker(sock: Any) -> None:
     await app.stop()
 
 
-def serve_raw(port: int, workers: int) -> None:
-    """`workers` processes forked after binding one listening socket, each on uvloop."""
-    import signal
+def _reuseport_socket(port: int) -> Any:
     import socket
-
-    import uvloop
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(("127.0.0.1", port))
-    sock.listen(2048)
-    sock.setblocking(False)
+    return sock
+
+
+def serve_raw(port: int, workers: int) -> None:
+    """`workers` forked processes, each on uvloop and listening on a socket of its own bound
+    to the port with SO_REUSEPORT, as `mercato serve --workers N` listens (decision 0465)."""
+    import signal
+
+    import uvloop
+
+    reserved = _reuseport_socket(port)  # held, never listening, while the workers run
     children = []
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
+                reserved.close()
+                sock = _reuseport_socket(port)
+                sock.listen(2048)
+                sock.setblocking(False)
                 uvloop.run(_raw_worker(sock))
             except BaseException:
                 traceback.print_exc()  # the worker's start-up error, in the process's log

@@ -143,5 +143,9 @@ def cmd_serve(host: str, port: int, workers: int) -> int:
     if not settings.prometheus_multiproc_dir:
         # Set before the worker processes start (and import prometheus_client).
         os.environ[MULTIPROC_ENV] = str(metrics_dir(settings.data_dir, port))
-    uvicorn.run("mercato.web.asgi:create_app_from_env", factory=True, workers=workers, **common)
+    # Each worker on a listening socket of its own, so the kernel spreads connections among
+    # them (decision 0465).
+    from mercato.cli.serving import run_workers
+
+    run_workers("mercato.web.asgi:create_app_from_env", workers, factory=True, **common)
     return 0
