@@ -11,16 +11,84 @@ ever. This protocol keeps the limit that h11's `h11_max_incomplete_event_size` g
 
 Either way the answer is `431 Request Header Fields Too Large` and the connection is closed;
 the application never sees the request. See docs/decisions/0380-httptools-bounded-head.md.
+
+It also writes each answer in one `write()`: uvicorn writes a response's head when the
+response starts and its body when it comes, two system calls and two TCP segments a request,
+each waking the client; the head is held until the first body write and sent with it
+(`OneWriteAnswer`, decision 0466).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import Any, cast
+
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 MAX_HEAD_BYTES = 64 * 1024
 _431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
 _MESSAGE = f"The request head is larger than {MAX_HEAD_BYTES} bytes."
+
+
+_JOIN_UP_TO = 64 * 1024  # a larger body is written after its head, not copied to join it
+
+
+class OneWriteAnswer:
+    """The transport one request's cycle writes its answer to: the head, written when the
+    response starts, is held until the first write of the body and sent with it.
+
+    Everything else passes through: a write before the response starts (`100 Continue`), the
+    body's later writes. A held head is written first when the answer ends without a body
+    write (an answer to HEAD) and when the cycle closes the connection, so the bytes on the
+    wire and their order are as before; only the number of writes changes."""
+
+    __slots__ = ("_cycle", "_head", "_head_seen", "_on_response", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+        self._head_seen = False
+        self._on_response: Callable[[], None] = cycle.on_response
+        cycle.on_response = self._answered
+        cycle.transport = cast(asyncio.Transport, self)
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            if len(data) <= _JOIN_UP_TO:
+                self._transport.write(head + data)
+                return
+            self._transport.write(head)
+        elif not self._head_seen and self._cycle.response_started:
+            # The cycle marks the response started just before it writes the head.
+            self._head_seen = True
+            self._head = bytes(data)
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def _answered(self) -> None:
+        self._flush()
+        self._on_response()
+
+    def _flush(self) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head)
 
 
 class _HeadTooLarge(Exception):
@@ -72,7 +140,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES:
             self._too_large = True
             raise _HeadTooLarge
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle is not before:  # a request to answer
+            OneWriteAnswer(self.transport, self.cycle)
 
     def _send_431(self) -> None:
         self.logger.warning("Request head too large.")

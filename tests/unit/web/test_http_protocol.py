@@ -1,7 +1,9 @@
-"""`mercato serve`'s HTTP protocol: httptools with a bounded request head (decision 0380).
+"""`mercato serve`'s HTTP protocol: httptools with a bounded request head (decision 0380), each
+answer in one write (decision 0466).
 
 The protocol is driven directly, read by read, with a transport that records what is written,
-so each way a head can be too large (complete in one read, or never ending) is its own case.
+write by write, so each way a head can be too large (complete in one read, or never ending) and
+each way an answer can end is its own case.
 """
 
 from __future__ import annotations
@@ -15,20 +17,30 @@ from uvicorn.server import ServerState
 
 from mercato.web.http import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 
+App = Any
+
 
 class _Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
-        self.written = b""
+        self.writes: list[bytes] = []
         self.closed = False
+        self.written_before_close: bytes | None = None
+
+    @property
+    def written(self) -> bytes:
+        return b"".join(self.writes)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 8000) if name in ("sockname", "peername") else default
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += bytes(data)
+        assert not self.closed, "written after close"
+        self.writes.append(bytes(data))
 
     def close(self) -> None:
+        if not self.closed:
+            self.written_before_close = self.written
         self.closed = True
 
     def is_closing(self) -> bool:
@@ -46,8 +58,8 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-async def _connect() -> tuple[BoundedHttpToolsProtocol, _Transport]:
-    config = Config(app=_app, http=BoundedHttpToolsProtocol, log_config=None, lifespan="off")
+async def _connect(app: App = _app) -> tuple[BoundedHttpToolsProtocol, _Transport]:
+    config = Config(app=app, http=BoundedHttpToolsProtocol, log_config=None, lifespan="off")
     config.load()
     protocol = BoundedHttpToolsProtocol(
         config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
@@ -123,3 +135,101 @@ def test_keep_alive_requests_each_get_their_own_budget() -> None:
 
     written = asyncio.run(scenario())
     assert written.count(b"HTTP/1.1 200 OK") == 4 and b"431" not in written
+
+
+# --- each answer in one write (decision 0466) ---------------------------------------------
+
+
+def _run(app: App, *requests: bytes) -> _Transport:
+    async def scenario() -> _Transport:
+        protocol, transport = await _connect(app)
+        for request in requests:
+            protocol.data_received(request)
+            await _served(protocol, transport)
+        return transport
+
+    return asyncio.run(scenario())
+
+
+def _answer(body: bytes, *, more: tuple[bytes, ...] = ()) -> App:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [] if more else [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": bool(more)})
+        for i, part in enumerate(more):
+            await send({"type": "http.response.body", "body": part, "more_body": i < len(more) - 1})
+
+    return app
+
+
+GET = b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+def test_an_answer_is_one_write_of_its_head_and_body() -> None:
+    transport = _run(_answer(b'{"ok":true}'), GET)
+    assert len(transport.writes) == 1
+    head, _, body = transport.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"content-length: 11" in head
+    assert body == b'{"ok":true}'
+
+
+def test_keep_alive_answers_are_one_write_each_in_order() -> None:
+    transport = _run(_answer(b"first"), GET, GET)
+    assert [w.rpartition(b"\r\n\r\n")[2] for w in transport.writes] == [b"first", b"first"]
+
+
+def test_a_streamed_answer_sends_its_head_with_the_first_part_then_each_part() -> None:
+    transport = _run(_answer(b"one", more=(b"two", b"three")), GET)
+    assert len(transport.writes) == 3
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK")
+    assert transport.writes[0].endswith(b"\r\n\r\n3\r\none\r\n")
+    assert transport.writes[1:] == [b"3\r\ntwo\r\n", b"5\r\nthree\r\n0\r\n\r\n"]
+
+
+def test_a_large_body_follows_its_head_in_a_write_of_its_own() -> None:
+    body = b"x" * (1024 * 1024)
+    transport = _run(_answer(body), GET)
+    assert len(transport.writes) == 2
+    assert transport.writes[0].endswith(b"\r\n\r\n") and transport.writes[1] == body
+
+
+def test_an_answer_to_head_writes_its_head_when_it_ends() -> None:
+    transport = _run(_answer(b"not sent"), b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK")
+    assert transport.writes[0].endswith(b"\r\n\r\n") and not transport.closed
+
+
+def test_a_connection_closed_after_the_head_gets_the_head_first() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise RuntimeError("failed mid-answer")
+
+    transport = _run(app, GET)
+    assert transport.closed
+    assert transport.written_before_close is not None
+    assert transport.written_before_close.startswith(b"HTTP/1.1 200 OK")
+    assert transport.written_before_close.endswith(b"\r\n\r\n")
+
+
+def test_100_continue_is_written_before_the_answer() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        await _answer(message["body"])(scope, receive, send)
+
+    request = b"POST /x HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n"
+
+    async def scenario() -> _Transport:
+        protocol, transport = await _connect(app)
+        protocol.data_received(request)
+        for _ in range(100):  # loop turns until the app asks for the body
+            if transport.writes:
+                break
+            await asyncio.sleep(0)
+        protocol.data_received(b"ping")
+        await _served(protocol, transport)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.writes[0] == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert len(transport.writes) == 2 and transport.writes[1].endswith(b"\r\n\r\nping")
