@@ -802,7 +802,13 @@ def _maintain(runtime: Any, *statements: str) -> None:
                 driver.execute(statement)
             driver.autocommit = False
         else:
-            driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, frames, copied = driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:  # a reader held the log: the measurement would start from a long WAL
+                print(
+                    f"warning: the SQLite checkpoint was blocked ({copied} of {frames} frames)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         raw.close()
 

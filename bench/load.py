@@ -27,6 +27,7 @@ class LoadResult:
     statuses: Counter[int]
     errors: int
     answered: int = 0  # every answer, warm-up included (for CPU per request)
+    client_cpu_seconds: float = 0.0  # the load generator's own CPU over the whole run
 
     @property
     def rate(self) -> float:
@@ -197,4 +198,7 @@ def run_load(
         warmup=warmup,
         check=check,
     )
-    return runner(coroutine)  # type: ignore[no-any-return]
+    began = time.process_time()
+    result: LoadResult = runner(coroutine)
+    result.client_cpu_seconds = time.process_time() - began
+    return result

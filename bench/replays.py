@@ -14,7 +14,10 @@ same call again and again by `--clients` closed-loop clients (every answer must 
 With `--profile PREFIX` (cpu mode), py-spy records serve during the first window of each
 process, as raw collapsed stacks in `PREFIX-<tree>-<key>.txt` (py-spy from PyPI, in the venv).
 
+With `--workers N` (cpu mode), serve runs N workers and the CPU is the whole process tree's.
+
     python -m bench.replays [--stores postgresql,sqlite] [--mode instr|cpu] [--clients 2]
+        [--workers 1]
         [--warmup 500] [--seconds 5] [--windows 2] [--rounds 1] [--tree LABEL=PATH ...]
         [--profile PREFIX]
 """
@@ -93,7 +96,8 @@ def measure(
     if options.mode == "instr":
         args = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
         args += [f"--callgrind-out-file={out_dir}/callgrind.out.%p"]
-    args += [sys.executable, "-m", "mercato", "serve", "--port", str(port), "--workers", "1"]
+    workers = str(options.workers)
+    args += [sys.executable, "-m", "mercato", "serve", "--port", str(port), "--workers", workers]
     url = f"http://{HOST}:{port}"
     key = f"replay-{label}-{out_dir.name}"
     factory = replay_factory(runner, key)
@@ -105,6 +109,8 @@ def measure(
     per: list[float] = []
     pg_per: list[float] = []
     sys_per: list[float] = []
+    rates: list[float] = []
+    client_per: list[float] = []
     answered_all = 0
     with (out_dir / "server.log").open("ab") as log:
         child = subprocess.Popen(args, env=run_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
@@ -161,6 +167,8 @@ def measure(
                     check=check,
                 )
                 answered_all += result.answered
+                rates.append(result.rate)
+                client_per.append(1e6 * result.client_cpu_seconds / max(result.answered, 1))
                 if spy is not None:
                     spy.wait()
                 if options.mode == "instr":
@@ -185,6 +193,8 @@ def measure(
     scale = 1e6 if options.mode == "instr" else 1.0
     shown = " ".join(f"{p / scale:.3f}" for p in per)
     line = f"  {label}: {answered_all} replays, {unit}/replay: {shown}"
+    line += ", replays/s: " + " ".join(f"{r:.0f}" for r in rates)
+    line += ", client µs/replay: " + " ".join(f"{c:.1f}" for c in client_per)
     if sys_per:
         line += "  (of which system: " + " ".join(f"{p:.1f}" for p in sys_per) + ")"
     if pg_per:
@@ -195,6 +205,8 @@ def measure(
         "per_replay": per,
         "pg_per_replay": pg_per,
         "sys_per_replay": sys_per,
+        "rates": rates,
+        "client_per_replay": client_per,
     }
 
 
@@ -214,6 +226,7 @@ def main() -> None:
     parser.add_argument("--stores", default="postgresql,sqlite")
     parser.add_argument("--mode", choices=("instr", "cpu"), default="instr")
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="serve --workers (cpu mode)")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=500, help="replays, not counted")
@@ -223,6 +236,8 @@ def main() -> None:
     parser.add_argument("--profile", help="py-spy raw profile of the first window to PREFIX-*")
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
     options = parser.parse_args()
+    if options.mode == "instr" and options.workers != 1:
+        parser.error("--workers: instr mode counts one serve process (--workers 1)")
     options.trees = options.tree or [("this", None)]
     print_rows(options, "mercato-replays-", run_store)
 
