@@ -104,11 +104,20 @@ def fingerprint_of(*, service_code: str, version: str, body: bytes) -> str:
     """SHA-256 over serviceCode, version and the canonical JSON body (raw bytes if not JSON)."""
 
     try:
-        canonical = canonical_json(orjson.loads(body)).decode()
-        material: dict[str, str] = {"json": canonical}
+        kind, material = "json", canonical_json(orjson.loads(body)).decode()
     except Exception:
-        material = {"raw": body.hex()}
-    return sha256_hex(canonical_json({"serviceCode": service_code, "version": version, **material}))
+        kind, material = "raw", body.hex()
+    # Keys in RFC 8785's order ("json" and "raw" sort before "serviceCode", then "version"):
+    # three plain strings under them are what `canonical_json` would hand to orjson, sorted
+    # already, so orjson writes them directly (decision 0472); anything else, or a text orjson
+    # refuses, goes through `canonical_json` as before.
+    outer = {kind: material, "serviceCode": service_code, "version": version}
+    if type(service_code) is str and type(version) is str:
+        try:
+            return sha256_hex(orjson.dumps(outer))
+        except orjson.JSONEncodeError:
+            pass
+    return sha256_hex(canonical_json(outer))
 
 
 # --- reads -------------------------------------------------------------------------------
