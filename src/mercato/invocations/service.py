@@ -51,6 +51,7 @@ from mercato.invocations.schemas import (
     Settlement,
     State,
     StuckCall,
+    view_of,
 )
 from mercato.ledger import service as ledger
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH
@@ -92,7 +93,7 @@ _VIEW_WIDTH = len(_VIEW_COLUMNS)
 
 
 def _view(row: Sequence[Any]) -> InvocationView:
-    return InvocationView(*row)
+    return view_of(row)
 
 
 def provider_key_for(invocation_id: str) -> str:
@@ -595,7 +596,7 @@ _FINISHED = itemgetter(*(f"finish.{column.key}" for column in _VIEW_COLUMNS))
 def _concluded(done: dict[str, Any] | None) -> InvocationView | None:
     if done is None:
         return None
-    return InvocationView(*_FINISHED(done))
+    return view_of(_FINISHED(done))
 
 
 def _conclude(
