@@ -52,8 +52,9 @@ def note_invoke_outcome(request: Request, view: InvocationView) -> None:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
+    size = len(name)
     for key, value in scope.get("headers", ()):
-        if key.lower() == name:
+        if len(key) == size and key.lower() == name:  # only a name of its length can match
             return str(value.decode("latin-1"))
     return None
 
