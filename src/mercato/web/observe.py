@@ -48,7 +48,7 @@ def invoke_outcome(view: InvocationView) -> tuple[str, str]:
 def note_invoke_outcome(request: Request, view: InvocationView) -> None:
     """Record the outcome of the call the invoke route is answering with; an invoke answered
     without one (refused before or instead of a call) counts as rejected."""
-    setattr(request.state, _OUTCOME, invoke_outcome(view))
+    request.scope.setdefault("state", {})[_OUTCOME] = invoke_outcome(view)  # = request.state
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

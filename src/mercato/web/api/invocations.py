@@ -151,7 +151,7 @@ async def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
 
 async def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
     # The request's log line names the call; the worker's lines about it carry the same id.
-    request.state.invocation_id = result.view.invocation_id
+    request.scope.setdefault("state", {})["invocation_id"] = result.view.invocation_id
     if result.quota is not None:
         headers = result.quota.headers()
     else:
