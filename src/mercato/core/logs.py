@@ -147,6 +147,28 @@ def _secret_field(name: str) -> bool:
     return _SECRET_FIELD.search(name) is not None
 
 
+# What a line does with a field by its name: leaves it out (`_`-prefixed), may print its value
+# (a plain name) or prints it only redacted when set (a secret's name). Names are few and come
+# from code: each is classified once, in a plain dict (a lookup costs a fraction of
+# `startswith` and of the `lru_cache` call per field and line; decision 0471).
+_PLAIN_NAME, _SECRET_NAME, _PRIVATE_NAME = 0, 1, 2
+_MAX_NAMES = 4096
+_name_kinds: dict[str, int] = {}
+
+
+def _name_kind(name: str) -> int:
+    """`_PRIVATE_NAME`, `_SECRET_NAME` or `_PLAIN_NAME` for a field called `name`."""
+    kind = _name_kinds.get(name)
+    if kind is None:
+        if name.startswith("_"):
+            kind = _PRIVATE_NAME
+        else:
+            kind = _SECRET_NAME if _secret_field(name) else _PLAIN_NAME
+        if len(_name_kinds) < _MAX_NAMES:
+            _name_kinds[name] = kind
+    return kind
+
+
 # Values no pattern can match and that print as no secret: numbers, booleans and None.
 _PLAIN: frozenset[type] = frozenset({int, float, bool, type(None)})
 
@@ -274,17 +296,21 @@ def _redacted(message: str, fields: dict[str, Any], names: Iterable[str]) -> str
     scrubbed. Values of other types go through `_scrub_value` one by one."""
     texts = [message]
     named: list[str] = []
+    kinds = _name_kinds
     for name in names:
-        if name.startswith("_"):
+        how = kinds.get(name)
+        if how is None:
+            how = _name_kind(name)
+        if how == _PRIVATE_NAME:
             continue
         value = fields[name]
         kind = type(value)
         if kind is str:
-            if not _secret_field(name):
+            if how == _PLAIN_NAME:
                 texts.append(value)
                 named.append(name)
                 continue
-        elif kind in _PLAIN and (value is None or not _secret_field(name)):
+        elif kind in _PLAIN and (value is None or how == _PLAIN_NAME):
             continue  # kept as it is, as `_scrub_value` would keep it
         fields[name] = _scrub_value(name, value)
     if suspect("\n".join(texts)):
@@ -295,6 +321,7 @@ def _redacted(message: str, fields: dict[str, Any], names: Iterable[str]) -> str
 
 
 _second: tuple[int, str] = (-1, "")  # the last second `timestamp` formatted, and its text
+_MILLIS = tuple(f".{ms:03d}+00:00" for ms in range(1000))  # each millisecond's tail, made once
 
 
 def timestamp(created: float) -> str:
@@ -313,7 +340,7 @@ def timestamp(created: float) -> str:
     if cached[0] != second:
         text = dt.datetime.fromtimestamp(second, tz=dt.UTC).isoformat(timespec="seconds")
         cached = _second = (second, text.removesuffix("+00:00"))
-    return f"{cached[1]}.{micros // 1000:03d}+00:00"
+    return cached[1] + _MILLIS[micros // 1000]
 
 
 class JsonFormatter(logging.Formatter):
@@ -365,12 +392,13 @@ class JsonHandler(logging.StreamHandler[IO[str]]):
         `name`: the filters' work (the request and invocation ids, redaction), then the
         formatter's, on a dict of the fields instead of a record."""
         created = time.time()
-        extra = dict(fields)
-        if extra.get("invocation_id") is None:  # RequestIdFilter
+        extra = fields
+        if fields.get("invocation_id") is None:  # RequestIdFilter
             invocation_id = invocation_id_var.get()
             if invocation_id is not None:
+                extra = dict(fields)
                 extra["invocation_id"] = invocation_id
-        message = _redacted(str(msg), extra, list(extra))  # RedactingFilter
+        message = str(msg)
         line: dict[str, Any] = {  # JsonFormatter
             "ts": timestamp(created),
             "level": logging.getLevelName(level),
@@ -378,19 +406,49 @@ class JsonHandler(logging.StreamHandler[IO[str]]):
             "msg": message,
             "request_id": request_id_var.get(),
         }
+        # RedactingFilter's `_redacted` and the formatter's walk of the fields in one pass (a
+        # field the line already has is redacted by the filter but not written; decision
+        # 0471): every text that could hold a secret is checked at once, and only when that
+        # check finds one are the message and the written texts scrubbed one by one.
+        texts = [message]
+        named: list[str] = []
+        kinds = _name_kinds
         for key, value in extra.items():
-            if not key.startswith("_") and key not in line:
+            how = kinds.get(key)
+            if how is None:
+                how = _name_kind(key)
+            if how == _PRIVATE_NAME:
+                continue
+            kind = type(value)
+            if kind is str and how == _PLAIN_NAME:
+                texts.append(value)
+                if key not in line:
+                    line[key] = value
+                    named.append(key)
+                continue
+            if kind not in _PLAIN or (value is not None and how != _PLAIN_NAME):
+                value = _scrub_value(key, value)
+            if key not in line:
                 line[key] = value
-        self.acquire()
+        if suspect("\n".join(texts)):
+            line["msg"] = scrub(message)
+            for key in named:
+                line[key] = scrub(line[key])
+        lock = self.lock  # Handler.acquire and release, inline
+        if lock:
+            lock.acquire()
         try:
-            self.stream.write(orjson.dumps(line, default=str).decode() + self.terminator)
-            self.flush()
+            stream = self.stream
+            stream.write(orjson.dumps(line, default=str).decode() + self.terminator)
+            if stream and hasattr(stream, "flush"):  # StreamHandler.flush, under this lock
+                stream.flush()
         except RecursionError:
             raise
         except Exception:
             self.handleError(logging.LogRecord(name, level, "(unknown file)", 0, msg, (), None))
         finally:
-            self.release()
+            if lock:
+                lock.release()
 
 
 def json_handler(stream: IO[str] | None = None) -> logging.Handler:

@@ -13,7 +13,9 @@ is SQLite's lock wait, so connections run with `busy_timeout=0`:
 - a `statement()` unit's money program (accept, settle, release) is committed with the other
   programs its loop has queued, in one transaction (`_Group`, decision 0455);
 - a read is one DEFERRED transaction (a WAL snapshot; readers do not wait for the writer),
-  ended with a rollback;
+  ended with a rollback; a grouped statement (`aio_reads.grouped`, a replay's one read) that
+  is its first runs alone on its own snapshot, as on PostgreSQL, and the transaction begins
+  at the unit's next statement (decision 0475);
 - the connection settings are the sync engine's (WAL, foreign keys, synchronous=NORMAL), but
   for the WAL's automatic checkpoint, ten times rarer (`WAL_AUTOCHECKPOINT_PAGES`), and
   temporary data (a group's savepoint journal) kept in memory.
@@ -43,6 +45,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from mercato.core.ids import bind, new_id, unbind
 from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, begin_unit, fail_waiting
+from mercato.db.aio_reads import is_grouped
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
@@ -236,12 +239,14 @@ class _Program:
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
-    __slots__ = ("_db", "_raw", "_unit", "served")
+    __slots__ = ("_begun", "_db", "_raw", "_unit", "served")
 
     def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection | None, unit: Unit) -> None:
         self._db = db
         self._raw = raw
         """None in a read unit until its first statement (`_ReadUnit`)."""
+        self._begun = True
+        """False in a read unit whose first statement ran alone, until its next one."""
         self._unit = OneUnit(unit)
         self.served: Served | None = None
         """What this unit served from memory (`mercato.db.hints.note_served`)."""
@@ -258,7 +263,17 @@ class _Connection:
         if self._unit.unit is not Unit.READ:
             return self._rows(op.statement, op.params)
         if self._raw is None:
-            self._raw = self._db._begin_read()
+            if is_grouped(op.statement):
+                # A grouped read goes alone on PostgreSQL (its own snapshot, decision 0450):
+                # here too, without the BEGIN and ROLLBACK around it (12 K instructions, a
+                # replay's one statement); a next statement begins the transaction.
+                self._raw = self._db._checkout()
+                self._begun = False
+            else:
+                self._raw = self._db._begin_read()
+        elif not self._begun:
+            self._db._begin(self._raw)
+            self._begun = True
         # A reader does not wait for the writer in WAL mode, but can find the WAL index
         # busy for an instant (a checkpoint resetting it): it retries without blocking.
         delay, deadline = FIRST_BACKOFF, time.monotonic() + self._db.lock_timeout
@@ -472,6 +487,15 @@ class SqliteDatabase:
                 raise sqlalchemy_error(error, "BEGIN") from error
             raise
         return raw
+
+    @staticmethod
+    def _begin(raw: sqlite3.Connection) -> None:
+        """BEGIN (DEFERRED) on a read unit's connection at its second statement, the first
+        having run alone; the unit's end gives the connection back (decision 0475)."""
+        try:
+            raw.execute("BEGIN")
+        except sqlite3.Error as error:
+            raise sqlalchemy_error(error, "BEGIN") from error
 
     async def _begin_immediate(self, raw: sqlite3.Connection) -> None:
         delay = FIRST_BACKOFF

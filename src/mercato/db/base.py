@@ -17,6 +17,10 @@ NAMING_CONVENTION = {
 }
 
 
+_DATETIME = dt.datetime
+_UTC = dt.UTC
+
+
 class UTCDateTime(TypeDecorator[dt.datetime]):
     """A timezone-aware UTC datetime on every backend (SQLite forgets the zone)."""
 
@@ -33,9 +37,23 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
     def process_result_value(
         self, value: dt.datetime | None, dialect: Dialect
     ) -> dt.datetime | None:
-        if value is None:
-            return None
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        if value is None or value.tzinfo:
+            return value
+        if type(value) is _DATETIME and not value.fold:
+            # What `replace(tzinfo=UTC)` gives, built from positional arguments: `replace`
+            # looks each of its nine keywords up by name (about 9,000 instructions a value in
+            # CPython 3.11, two values a replay on SQLite; decision 0470).
+            return _DATETIME(
+                value.year,
+                value.month,
+                value.day,
+                value.hour,
+                value.minute,
+                value.second,
+                value.microsecond,
+                _UTC,
+            )
+        return value.replace(tzinfo=_UTC)
 
 
 class Base(DeclarativeBase):

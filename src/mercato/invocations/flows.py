@@ -32,6 +32,7 @@ from mercato.accounts.errors import KeyDisproved
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core.errors import MercatoError, Unauthenticated
+from mercato.core.frozen import set_through_slots
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
 from mercato.db.hints import Served, generation_plan, note_served, served_on
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
@@ -76,6 +77,7 @@ _RECONCILE_BACKOFF_BASE = 0.5
 _RECONCILE_BACKOFF_CAP = 300.0
 
 
+@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeRequest:
     account_id: str
@@ -87,6 +89,7 @@ class InvokeRequest:
     request_id: str | None = None  # the accepting request's id, kept on the call (0276)
 
 
+@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeResult:
     view: InvocationView

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from itertools import repeat
+from operator import call
 from typing import Any
 
 import orjson
@@ -134,6 +138,24 @@ class InvocationView:
             "settlement": self.settlement,
             "receipt": f"/v1/invocations/{self.invocation_id}",
         }
+
+
+_VIEW_SETTERS = tuple(getattr(InvocationView, f.name).__set__ for f in fields(InvocationView))
+_new = object.__new__
+
+
+def view_of(row: Sequence[Any]) -> InvocationView:
+    """`InvocationView(*row)` for a row of every field's value, in field order.
+
+    The instance is the same, its fields set through the slots' own descriptors: a frozen
+    dataclass's `__init__` sets each field by `object.__setattr__`, which looks the name up
+    again (about 1,400 instructions a field in CPython 3.11, 23 fields a view); the
+    descriptors' setters, called from C by `map`, take about half (decision 0473)."""
+    if len(row) != len(_VIEW_SETTERS):
+        return InvocationView(*row)
+    view = _new(InvocationView)
+    deque(map(call, _VIEW_SETTERS, repeat(view), row), 0)
+    return view
 
 
 class Decision(enum.StrEnum):

@@ -24,6 +24,7 @@ from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
+from mercato.core.frozen import set_through_slots
 from mercato.core.ids import new_id
 from mercato.db import guarded
 from mercato.db.aio_reads import SLOT, grouped
@@ -51,6 +52,7 @@ from mercato.invocations.schemas import (
     Settlement,
     State,
     StuckCall,
+    view_of,
 )
 from mercato.ledger import service as ledger
 from mercato.protocol import IDEMPOTENCY_KEY_MAX_LENGTH
@@ -92,7 +94,7 @@ _VIEW_WIDTH = len(_VIEW_COLUMNS)
 
 
 def _view(row: Sequence[Any]) -> InvocationView:
-    return InvocationView(*row)
+    return view_of(row)
 
 
 def provider_key_for(invocation_id: str) -> str:
@@ -104,11 +106,20 @@ def fingerprint_of(*, service_code: str, version: str, body: bytes) -> str:
     """SHA-256 over serviceCode, version and the canonical JSON body (raw bytes if not JSON)."""
 
     try:
-        canonical = canonical_json(orjson.loads(body)).decode()
-        material: dict[str, str] = {"json": canonical}
+        kind, material = "json", canonical_json(orjson.loads(body)).decode()
     except Exception:
-        material = {"raw": body.hex()}
-    return sha256_hex(canonical_json({"serviceCode": service_code, "version": version, **material}))
+        kind, material = "raw", body.hex()
+    # Keys in RFC 8785's order ("json" and "raw" sort before "serviceCode", then "version"):
+    # three plain strings under them are what `canonical_json` would hand to orjson, sorted
+    # already, so orjson writes them directly (decision 0472); anything else, or a text orjson
+    # refuses, goes through `canonical_json` as before.
+    outer = {kind: material, "serviceCode": service_code, "version": version}
+    if type(service_code) is str and type(version) is str:
+        try:
+            return sha256_hex(orjson.dumps(outer))
+        except orjson.JSONEncodeError:
+            pass
+    return sha256_hex(canonical_json(outer))
 
 
 # --- reads -------------------------------------------------------------------------------
@@ -123,6 +134,7 @@ def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView
     return None if row is None else _view(row)
 
 
+@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class Replayed:
     """What a replay reads in one statement (`find_replay`)."""
@@ -586,7 +598,7 @@ _FINISHED = itemgetter(*(f"finish.{column.key}" for column in _VIEW_COLUMNS))
 def _concluded(done: dict[str, Any] | None) -> InvocationView | None:
     if done is None:
         return None
-    return InvocationView(*_FINISHED(done))
+    return view_of(_FINISHED(done))
 
 
 def _conclude(

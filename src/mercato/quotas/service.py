@@ -48,13 +48,25 @@ MAX_LIMIT = 2**31 - 1  # the limit and the window's count are INTEGER columns
 MAX_WINDOW_SECONDS = 366 * 24 * 3600  # a year: longer is no rate limit, and dates overflow
 
 
+_MAX_DEFAULTS = 64
+_DEFAULTS: dict[tuple[Any, Any, Any], Policy] = {}
+"""The default policies made so far, by their settings (a frozen Policy is a value: the same
+one serves every call; making it took 8.5 K instructions a replay, decision 0476)."""
+
+
 def default_policy(settings: Any) -> Policy:
     """The policy of accounts without an override (from settings)."""
-    return Policy(
-        name=settings.default_quota_policy,
-        limit=settings.default_quota_limit,
-        window_seconds=settings.default_quota_window_seconds,
+    key = (
+        settings.default_quota_policy,
+        settings.default_quota_limit,
+        settings.default_quota_window_seconds,
     )
+    policy = _DEFAULTS.get(key)
+    if policy is None:
+        policy = Policy(name=key[0], limit=key[1], window_seconds=key[2])
+        if len(_DEFAULTS) < _MAX_DEFAULTS:
+            _DEFAULTS[key] = policy
+    return policy
 
 
 @query

@@ -90,7 +90,9 @@ async def principal_on(request: Request, conn: AsyncConnection, token: str) -> P
         )
     else:
         raise Unauthenticated("The credential is not valid.")
-    request.state.principal = principal
+    # Into the request's state dict itself, as `request.state.principal = …` writes it, without
+    # the property's first-use AttributeError and `State.__setattr__` (decision 0476).
+    request.scope.setdefault("state", {})["principal"] = principal
     return principal
 
 

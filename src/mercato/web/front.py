@@ -67,8 +67,10 @@ class Front:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = message["headers"]
-                if any(name == _REQUEST_ID_NAME for name, _value in headers):
-                    MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                for name, _value in headers:  # a loop, not `any` over a generator
+                    if name == _REQUEST_ID_NAME:
+                        MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                        break
                 else:  # what MutableHeaders does when the answer has no such header yet
                     message["headers"] = [*headers, echoed]
             await send(message)

@@ -48,12 +48,13 @@ def invoke_outcome(view: InvocationView) -> tuple[str, str]:
 def note_invoke_outcome(request: Request, view: InvocationView) -> None:
     """Record the outcome of the call the invoke route is answering with; an invoke answered
     without one (refused before or instead of a call) counts as rejected."""
-    setattr(request.state, _OUTCOME, invoke_outcome(view))
+    request.scope.setdefault("state", {})[_OUTCOME] = invoke_outcome(view)  # = request.state
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
+    size = len(name)
     for key, value in scope.get("headers", ()):
-        if key.lower() == name:
+        if len(key) == size and key.lower() == name:  # only a name of its length can match
             return str(value.decode("latin-1"))
     return None
 

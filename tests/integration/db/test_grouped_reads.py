@@ -101,3 +101,27 @@ def test_grouped_reads_share_one_connection_but_a_transaction_keeps_its_own(
 
     assert len(set(pids)) == 1  # one round trip, on the first reader's connection
     assert grouped_pid == own
+
+
+@pytest.mark.sqlite_only
+def test_on_sqlite_a_grouped_first_read_runs_alone_and_the_unit_begins_at_its_next(
+    runtime: Runtime,
+) -> None:
+    """Decision 0475: the grouped read that opens a SQLite read unit runs on its own snapshot,
+    as on PostgreSQL (no BEGIN/ROLLBACK for a replay's one read); the unit's later statements
+    share the transaction its second statement begins."""
+    make_account(runtime.db, "a1@alone.example")
+    pattern = "%@alone.example"
+
+    async def scenario() -> tuple[int, int, int, bool]:
+        async with runtime.adb.read() as conn:
+            first = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
+            make_account(runtime.db, "a2@alone.example")  # committed between the two
+            second = await conn.execute(Rows(_PLAIN, {"pattern": pattern}))
+            make_account(runtime.db, "a3@alone.example")  # after the transaction began
+            third = await conn.execute(Rows(_PLAIN, {"pattern": pattern}))
+        async with runtime.adb.read() as conn:  # the connection went back fit for reuse
+            again = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
+        return len(first), len(second), len(third), len(again) == 3
+
+    assert run_on_fresh_loop(scenario()) == (1, 2, 2, True)

@@ -382,6 +382,28 @@ def test_log_fields_makes_no_record_for_a_handler_as_made(
     assert (line["msg"], line["status"], line["note"]) == ("request", 200, f"Bearer {REDACTED}")
 
 
+def test_log_fields_leaves_the_caller_s_fields_as_they_were(
+    capture: tuple[logging.Logger, io.StringIO], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = capture
+    monkeypatch.setattr(logger, "handlers", logger.handlers[:1])
+    fields: dict[str, Any] = {"note": "Bearer abc", "password": "p", "ts": "x", "_private": 1}
+    given = dict(fields)
+    token = invocation_id_var.set("inv_1")
+    try:
+        log_fields(logger, logging.INFO, "request", fields)
+    finally:
+        invocation_id_var.reset(token)
+    assert fields == given  # redacted and extended in the line only (decision 0471)
+    (line,) = _lines(stream)
+    assert (line["note"], line["password"], line["invocation_id"]) == (
+        f"Bearer {REDACTED}",
+        REDACTED,
+        "inv_1",
+    )
+    assert line["ts"] != "x" and "_private" not in line
+
+
 def test_log_fields_hands_a_record_to_every_handler_when_there_are_more(
     capture: tuple[logging.Logger, io.StringIO], monkeypatch: pytest.MonkeyPatch
 ) -> None:

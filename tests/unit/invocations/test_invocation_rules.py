@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.invocations import flows
 from mercato.invocations.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from mercato.invocations.service import (
@@ -35,6 +40,48 @@ def test_valid_keys(key: str) -> None:
 def test_invalid_keys(values: list[str], error: type[Exception]) -> None:
     with pytest.raises(error):
         check_idempotency_key(values)
+
+
+def _fingerprint_as_written_first(service_code: str, version: str, body: bytes) -> str:
+    """The fingerprint's definition: `canonical_json` of the whole document (decision 0472
+    writes the outer document by orjson when that is the same)."""
+    try:
+        material = {"json": canonical_json(orjson.loads(body)).decode()}
+    except Exception:
+        material = {"raw": body.hex()}
+    return sha256_hex(canonical_json({"serviceCode": service_code, "version": version, **material}))
+
+
+class _Text(str):
+    pass
+
+
+_bodies = st.one_of(
+    st.binary(max_size=40),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+        max_leaves=6,
+    ).map(lambda document: json.dumps(document).encode()),
+)
+
+
+@given(st.text(max_size=12), st.text(max_size=12), _bodies)
+def test_the_fingerprint_is_the_canonical_json_of_its_document(
+    service_code: str, version: str, body: bytes
+) -> None:
+    expected = _fingerprint_as_written_first(service_code, version, body)
+    assert fingerprint_of(service_code=service_code, version=version, body=body) == expected
+    assert fingerprint_of(service_code=_Text(service_code), version=version, body=body) == (
+        expected
+    )
+
+
+def test_a_text_canonical_json_refuses_is_refused_as_before() -> None:
+    with pytest.raises(Exception) as expected:
+        _fingerprint_as_written_first("a\ud800", "v1", b"{}")
+    with pytest.raises(type(expected.value)):
+        fingerprint_of(service_code="a\ud800", version="v1", body=b"{}")
 
 
 def test_fingerprint_is_canonical_and_covers_code_and_version() -> None:
