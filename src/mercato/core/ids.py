@@ -71,34 +71,60 @@ _RANDOM_BYTES = 10  # 80 bits per id
 _BATCH = 64  # ids' worth of random bytes read from the OS at once
 
 
+def _tails(pool: bytes) -> list[str]:
+    """The random digits of every id `pool` holds (`_base36_16` of each 80 bits, in order),
+    formatted together when the pool is read: one loop, no call per id."""
+    pairs = _PAIRS
+    tails = []
+    for at in range(0, len(pool), _RANDOM_BYTES):
+        high, low = divmod(int.from_bytes(pool[at : at + _RANDOM_BYTES]), _36_8)
+        h1, h2 = divmod(high, _36_4)
+        l1, l2 = divmod(low, _36_4)
+        a, b = divmod(h1, 1296)
+        c, d = divmod(h2, 1296)
+        e, f = divmod(l1, 1296)
+        g, h = divmod(l2, 1296)
+        tails.append(
+            f"{pairs[a]}{pairs[b]}{pairs[c]}{pairs[d]}{pairs[e]}{pairs[f]}{pairs[g]}{pairs[h]}"
+        )
+    return tails
+
+
 class _Source:
     """The random bytes and time digits of the system's ids, shared by every `SystemIds`.
 
-    The bytes are read from `os.urandom` (what `secrets` reads) for 64 ids at a time and
-    handed out once each, under a lock (threads share the source); a forked child forgets the
-    parent's unused bytes, so two processes never hand out the same ones. The time digits of
-    the current millisecond are formatted once."""
+    The bytes are read from `os.urandom` (what `secrets` reads) for 64 ids at a time and their
+    digits formatted at once (`_tails`); each is handed out once by the list's iterator, whose
+    step is one C call under the GIL, so threads sharing the source never get the same one
+    (refilling takes a lock; a thread that finds the iterator spent draws a fresh batch). A
+    forked child forgets the parent's unused bytes, so two processes never hand out the same
+    ones. The time digits of the current millisecond are formatted once, kept with their
+    millisecond in one tuple (read and replaced whole)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pool = b""
-        self.next = 0
-        self.millis = -1
-        self.head = ""
+        self.tails: Iterator[str] = iter(())
+        self.stamp: tuple[int, str] = (-1, "")
 
-    def draw(self) -> tuple[str, int]:
-        """The time digits of now and 80 fresh random bits."""
+    def draw(self, prefix: str) -> str:
+        """`<prefix>_<the time digits of now><those of 80 fresh random bits>`."""
+        try:
+            tail = next(self.tails)
+        except StopIteration:
+            tail = self._refill()
+        millis = time.time_ns() // 1_000_000
+        stamp = self.stamp
+        if stamp[0] != millis:
+            head = _base36_9(millis) if 0 <= millis < _36_9 else _base36(millis, 9)
+            stamp = self.stamp = (millis, head)
+        return f"{prefix}_{stamp[1]}{tail}"
+
+    def _refill(self) -> str:
         with self.lock:
-            at = self.next
-            if at >= len(self.pool):
-                self.pool, at = os.urandom(_RANDOM_BYTES * _BATCH), 0
-            self.next = at + _RANDOM_BYTES
-            chunk = self.pool[at : at + _RANDOM_BYTES]
-            millis = time.time_ns() // 1_000_000
-            if millis != self.millis:
-                self.head = _base36_9(millis) if 0 <= millis < _36_9 else _base36(millis, 9)
-                self.millis = millis
-            return self.head, int.from_bytes(chunk)
+            tails = iter(_tails(os.urandom(_RANDOM_BYTES * _BATCH)))
+            tail = next(tails)
+            self.tails = tails
+            return tail
 
 
 _SOURCE = _Source()
@@ -117,8 +143,7 @@ class SystemIds:
     """Wall-clock milliseconds and 80 bits from the operating system's CSPRNG (`_Source`)."""
 
     def new(self, prefix: str) -> str:
-        head, bits = _SOURCE.draw()
-        return f"{prefix}_{head}{_base36_16(bits)}"
+        return _SOURCE.draw(prefix)
 
 
 SYSTEM_IDS = SystemIds()

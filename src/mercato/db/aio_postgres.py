@@ -30,13 +30,14 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from operator import itemgetter
 from typing import Any, NoReturn, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError
 
-from mercato.core.ids import bound, unbind
+from mercato.core.ids import bound, new_id, unbind
 from mercato.db import guarded
 from mercato.db.aio import (
     Observed,
@@ -256,11 +257,104 @@ class _Bound:
 
 
 def _bind_program(db: PostgresDatabase, op: Run) -> _Bound:
-    built = guarded.compiled(op.program, "postgresql")
-    assert built.statement is not None
-    prepared, _ = db.statements.prepare(built.statement)
-    sql, values = prepared.bind(program_values(built, op.params))
-    return _Bound(built, prepared, sql, values)
+    binder = db.binder(op.program)
+    return _Bound(binder.built, binder.prepared, binder.sql, binder.values(op.params))
+
+
+_MAX_PROGRAMS = 256
+
+
+class _Binder:
+    """A money program's statement and how its inputs become the values sent, worked out once
+    per program: the values `prepared.bind(aio.program_values(built, params))` gives (the
+    inputs as `p_<name>`, a fresh id for each `Compiled.fresh` not given, the statement's own
+    literals, processed by their types), picked from one merged dict instead of a renamed
+    copy of the inputs and a second merge with the literals."""
+
+    __slots__ = (
+        "built",
+        "consts",
+        "defaults",
+        "fresh",
+        "generic",
+        "makers",
+        "names",
+        "pick",
+        "prepared",
+        "processors",
+        "program",
+        "sql",
+    )
+
+    def __init__(
+        self,
+        program: guarded.Program,
+        built: guarded.Compiled,
+        prepared: Prepared,
+        extracted: Any,
+    ) -> None:
+        self.program = program
+        self.built = built
+        self.prepared = prepared
+        self.sql = prepared.sql
+        # A statement found by another one's cache key (its literals extracted per call), or
+        # one that expands: bound the general way.
+        self.generic = extracted is not None or prepared.expanding
+        keys: list[str] = []
+        names: dict[str, str] = {}
+        self.consts: dict[str, Any] = {}
+        self.defaults: dict[str, Any] = {}
+        self.makers: list[tuple[str, Callable[[], Any]]] = []
+        for index, (key, value, required, make, _process) in enumerate(prepared._binds):
+            if key.startswith("p_"):
+                own = key[2:]  # an input, kept by its own name
+                if make is not None:
+                    self.makers.append((own, make))  # made when not given
+                elif not required:
+                    self.defaults[own] = value  # taken when not given
+            else:
+                # The statement's own value (a literal, or one made per call): kept under a
+                # key no input has.
+                own = f"{index}:{key}"
+                if make is not None:
+                    self.makers.append((own, make))
+                elif not required:
+                    self.consts[own] = value
+            names[own] = key
+            keys.append(own)
+        self.names = names
+        """The bind name of each key (for the error of a missing value)."""
+        self.pick: Callable[[Mapping[str, Any]], Any] = (
+            itemgetter(*keys) if len(keys) > 1 else lambda values: [values[k] for k in keys]
+        )
+        self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
+        self.processors = prepared._bind_processors
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        """The positional values to send for the program's inputs `params`."""
+        if self.generic:
+            return self.prepared.bind(program_values(self.built, params))[1]
+        values = (
+            {**self.defaults, **params, **self.consts}
+            if self.defaults
+            else {**params, **self.consts}
+        )
+        for name, prefix in self.fresh:
+            if name not in values:
+                values[name] = new_id(prefix)
+        for key, make in self.makers:
+            if key not in values:
+                values[key] = make()
+        try:
+            out = list(self.pick(values))
+        except KeyError:
+            missing = next(k for k in self.names if k not in values)
+            raise InvalidRequestError(
+                f"A value is required for bind parameter {self.names[missing]!r}"
+            ) from None
+        for index, process in self.processors:
+            out[index] = process(out[index])
+        return out
 
 
 async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict[str, Any] | None:
@@ -507,6 +601,32 @@ class _ReadUnit:
             unbind(self._token)
 
 
+class _StatementUnit:
+    """`PostgresDatabase.statement()`: its operation goes to the loop's `_Group` (a money
+    program) or runs alone (`_Grouped`), written as a class for the reason `_ReadUnit` is (two
+    per invoke: accept and settle)."""
+
+    __slots__ = ("_db", "_token")
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> AsyncConnection:
+        db = self._db
+        # The program's fresh ids are drawn in the unit.
+        token = begin_unit(db.observed, db._sync.ids, Unit.STATEMENT)
+        try:
+            grouped = _Grouped(db, db._pool())
+        except BaseException:
+            unbind(token)
+            raise
+        self._token = token
+        return grouped
+
+    async def __aexit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
+        unbind(self._token)
+
+
 def _fit_after(error: BaseException) -> bool:
     """Whether a connection is fit for reuse after a unit of work ended with `error` (a
     cancelled query leaves the connection in an unknown state: it is discarded)."""
@@ -532,6 +652,7 @@ class PostgresDatabase:
         self.observed = Observed()
         self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(asyncpg_dialect())
+        self._binders: dict[int, _Binder] = {}
         url = db.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
         self._max_size = max_size
@@ -540,6 +661,18 @@ class PostgresDatabase:
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = (
             weakref.WeakKeyDictionary()
         )
+
+    def binder(self, program: guarded.Program) -> _Binder:
+        """How `program`'s inputs are bound on this database, worked out once."""
+        found = self._binders.get(id(program))
+        if found is None or found.program is not program:
+            if len(self._binders) >= _MAX_PROGRAMS:  # programs built per call (tests)
+                self._binders.clear()
+            built = guarded.compiled(program, "postgresql")
+            assert built.statement is not None
+            prepared, extracted = self.statements.prepare(built.statement)
+            found = self._binders[id(program)] = _Binder(program, built, prepared, extracted)
+        return found
 
     def _pool(self) -> _Pool:
         loop = asyncio.get_running_loop()
@@ -601,14 +734,7 @@ class PostgresDatabase:
         return self._unit(Unit.TRANSACTION, begin=True)
 
     def statement(self) -> Any:
-        return self._grouped()
-
-    @asynccontextmanager
-    async def _grouped(self) -> AsyncIterator[AsyncConnection]:
-        with bound(self._sync.ids):  # the program's fresh ids are drawn in the unit
-            if self.observed.listeners:
-                self.observed.tell("unit", Unit.STATEMENT.value)
-            yield _Grouped(self, self._pool())
+        return _StatementUnit(self)
 
     def dispose_ended(self) -> None:
         """Close the connections of the loops that have ended (without a loop: called by the

@@ -33,9 +33,9 @@ import math
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import orjson
@@ -201,7 +201,7 @@ class AsyncProviderClient:
     ) -> None:
         await self.aclose()
 
-    async def execute(
+    def execute(
         self,
         target: DispatchTarget,
         *,
@@ -209,9 +209,10 @@ class AsyncProviderClient:
         payload_bytes: bytes,
         response_max_bytes: int,
         timeout: float,
-    ) -> RawAnswer:
-        """POST /v1/executions; `payload_bytes` is the payload object's JSON, sent wrapped."""
-        return await self.send(
+    ) -> Coroutine[Any, Any, RawAnswer]:
+        """POST /v1/executions; `payload_bytes` is the payload object's JSON, sent wrapped.
+        (`send`'s coroutine itself: no coroutine of this method in between.)"""
+        return self.send(
             target,
             "POST",
             EXECUTIONS_PATH,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mercato.core.ids import SystemIds, format_id
+from mercato.core.ids import SystemIds, _tails, format_id
 
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -96,3 +96,13 @@ def test_a_forked_child_never_reuses_the_parents_random_bits() -> None:
     parent = {source.new("x")[11:] for _ in range(20)}
     assert len(child) == 20
     assert not child & parent
+
+
+def test_a_batch_of_random_digits_keeps_the_definition() -> None:
+    # `_tails` formats a pool's ids together; each is the 80 bits' 16 base-36 digits, in order.
+    rng = random.Random(48)
+    for pool in [bytes(640), b"\xff" * 640, *(rng.randbytes(640) for _ in range(200))]:
+        expected = [
+            _digits(int.from_bytes(pool[at : at + 10]), 16) for at in range(0, len(pool), 10)
+        ]
+        assert _tails(pool) == expected

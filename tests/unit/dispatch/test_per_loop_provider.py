@@ -36,3 +36,36 @@ def test_a_client_made_on_a_loop_closes_with_it() -> None:
     first, second = run_on_fresh_loop(use()), run_on_fresh_loop(use())
     assert provider.made == 2 and closed == [0, 1]
     assert not provider.open_on(first) and not provider.open_on(second)
+
+
+def test_execute_forwards_to_the_loops_client_first_and_later() -> None:
+    """The first call makes the loop's client; every later one is that client's own call
+    (decision 0482): both forward the same arguments and answer what the client answered."""
+    calls: list[tuple[object, dict[str, object]]] = []
+
+    class Recording:
+        async def execute(self, target: object, **kwargs: object) -> object:
+            calls.append((target, kwargs))
+            return ("answer", len(calls))
+
+        async def reconcile(self, *_: object, **__: object) -> object:
+            raise AssertionError("not called")
+
+        async def aclose(self) -> None:
+            return None
+
+    provider = PerLoopProvider(Recording)  # type: ignore[arg-type]
+    given = {
+        "idempotency_key": "k",
+        "payload_bytes": b"{}",
+        "response_max_bytes": 10,
+        "timeout": 1.5,
+    }
+
+    async def use() -> list[object]:
+        answers = [await provider.execute("t", **given) for _ in range(3)]  # type: ignore[arg-type]
+        await provider.aclose()
+        return answers
+
+    assert run_on_fresh_loop(use()) == [("answer", 1), ("answer", 2), ("answer", 3)]
+    assert calls == [("t", given)] * 3 and provider.made == 1
