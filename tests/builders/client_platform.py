@@ -86,7 +86,10 @@ class Platform:
 def build_platform(db_url: str, tmp_path: Path) -> Platform:
     """Seed a caller and a published echo version bound to a real SDK provider process."""
     data_dir = tmp_path / "data"
-    env = platform_env(db_url, data_dir)
+    # A real SDK provider with a durable store answers within the 1 s of `platform_env` alone,
+    # not always on a loaded two-core CI machine; a call that timed out stays pending, which no
+    # test here is about (the suite failed once that way).
+    env = platform_env(db_url, data_dir, MERCATO_PROVIDER_TIMEOUT_SECONDS="10")
     runtime = Runtime.from_settings(Settings(env="dev", data_dir=data_dir, database_url=db_url))
     workdir = tmp_path / "provider"
     workdir.mkdir()
