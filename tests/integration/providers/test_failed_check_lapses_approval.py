@@ -102,6 +102,14 @@ class Platform:
 
 
 @pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """One quota window for the whole test: `consumed` compares the window's accepted calls
+    before and after a refusal, and a minute's boundary between the two reads reset the count
+    (seen once, under CI load)."""
+    return settings.model_copy(update={"default_quota_window_seconds": 86_400})
+
+
+@pytest.fixture
 def platform(runtime: Runtime) -> Platform:
     return Platform(runtime)
 
