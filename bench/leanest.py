@@ -61,7 +61,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -797,6 +797,16 @@ class PostgresStore(Store):
             await conn.close()
 
 
+class _SqliteStep(NamedTuple):
+    step: Any
+    statement: Statement
+    required_if: Statement | None
+    columns: tuple[str, ...]
+    counted: bool
+    read: Statement | None
+    known: tuple[str, ...]
+
+
 class SqliteStore(Store):
     """The stdlib sqlite3 on the event loop (a statement takes microseconds); each transaction
     BEGIN IMMEDIATE … COMMIT with no await inside, so the process is one writer; a write lock
@@ -817,22 +827,23 @@ class SqliteStore(Store):
         ):
             self.conn.execute(f"PRAGMA {pragma}")
         accept, settle, release = programs()
-        self.programs: dict[
-            str, list[tuple[Any, Statement, Statement | None, tuple[str, ...]]]
-        ] = {}
+        self.programs: dict[str, list[_SqliteStep]] = {}
         for name, program in (("accept", accept), ("settle", settle), ("release", release)):
             built = guarded.compiled(program, "sqlite")
             steps = []
-            for item, (statement, required_if, _detail) in zip(
+            for item, (statement, required_if, _detail, read) in zip(
                 built.steps, built.sql(dialect), strict=True
             ):
                 columns = tuple(f"s_{item.step.name}_{c}" for c in item.columns)
                 steps.append(
-                    (
+                    _SqliteStep(
                         item.step,
                         Statement(statement, convert=True),
                         None if required_if is None else Statement(required_if, convert=True),
                         columns,
+                        item.counted,
+                        None if read is None else Statement(read, convert=True),
+                        item.known,
                     )
                 )
             self.programs[name] = steps
@@ -857,9 +868,18 @@ class SqliteStore(Store):
         await self._begin()
         conn = self.conn
         try:
-            for step, statement, required_if, columns in self.programs[name]:
+            for step, statement, required_if, columns, counted, read, known in self.programs[name]:
                 given = {**statement.consts, **values}
-                row = conn.execute(statement.sql, statement.values(given)).fetchone()
+                cursor = conn.execute(statement.sql, statement.values(given))
+                row: Any
+                if not counted:  # the product's spelling (`guarded.CompiledStep.counted`)
+                    row = cursor.fetchone()
+                elif cursor.rowcount <= 0:
+                    row = None
+                elif read is not None:
+                    row = conn.execute(read.sql, read.values({**read.consts, **values})).fetchone()
+                else:
+                    row = tuple(values[key] for key in known)
                 if row is not None:
                     values.update(zip(columns, row, strict=True))
                     continue

@@ -159,7 +159,17 @@ def _pick_none(_values: Mapping[str, Any]) -> tuple[Any, ...]:
 class _Step:
     """One step of a guarded program, compiled for sqlite3 once (`_program`)."""
 
-    __slots__ = ("code", "detail", "empty", "names", "required_if", "statement")
+    __slots__ = (
+        "code",
+        "counted",
+        "detail",
+        "empty",
+        "known",
+        "names",
+        "read",
+        "required_if",
+        "statement",
+    )
 
     def __init__(
         self,
@@ -174,11 +184,19 @@ class _Step:
         def bound(clause: Any, n: int) -> _Bound | None:
             return None if clause is None else _Bound(prepare(clause), n, consts, makers)
 
-        statement = bound(item.statement, 3 * index)
+        statement = bound(item.statement, 4 * index)
         assert statement is not None
         self.statement = statement
-        self.required_if = bound(item.required_if, 3 * index + 1)
-        self.detail = bound(item.detail, 3 * index + 2)
+        self.required_if = bound(item.required_if, 4 * index + 1)
+        self.detail = bound(item.detail, 4 * index + 2)
+        self.read = bound(item.read, 4 * index + 3)
+        self.counted = item.counted
+        """Whether the statement's row count says if the step wrote (`CompiledStep.counted`)."""
+        known = tuple(key[2:] if key.startswith("p_") else key for key in item.known)
+        self.known: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            itemgetter(*known) if len(known) > 1 else _pick_one(known[0]) if known else _pick_none
+        )
+        """A counted step's row without `read`: the values it inserted, from a run's values."""
         self.empty = step.empty
         self.code = step.code
         self.names = tuple(f"s_{step.name}_{column}" for column in item.columns)
@@ -341,12 +359,23 @@ def _run_program(
     db: SqliteDatabase, raw: sqlite3.Connection, program: _Program, values: dict[str, Any]
 ) -> dict[str, Any] | None:
     """`guarded._run_steps`: the program's steps one after another in `raw`'s transaction,
-    each compiled once as the sync side compiles it (`guarded.Compiled.sql`). A rerun with
+    each compiled once as the sync side compiles it (`guarded.Compiled.sql`); a counted step
+    (no RETURNING, decision 0490) is empty when its write changed no row. A rerun with
     the same `values` reads what it read the first time: a step's columns are set before any
     later step reads them."""
     done: dict[Any, Any] = {}
     for step in program.steps:
-        row = _first(db, raw, step.statement, values, done)
+        row: tuple[Any, ...] | None
+        if not step.counted:
+            row = _first(db, raw, step.statement, values, done)
+        elif _count(db, raw, step.statement, values, done) <= 0:
+            row = None
+        elif step.read is not None:
+            row = _first(db, raw, step.read, values, done)
+            if row is None:  # the row it wrote, by a unique key: never missing
+                raise AssertionError(f"{step.read.sql}: the row written is missing")
+        else:
+            row = step.known(values)
         if row is not None:
             values.update(zip(step.names, row, strict=True))
             continue
@@ -367,6 +396,23 @@ def _run_program(
         for name in step.names:
             values[name] = None
     return dict(zip(program.outputs, program.pick_outputs(values), strict=True))
+
+
+def _count(
+    db: SqliteDatabase,
+    raw: sqlite3.Connection,
+    bound: _Bound,
+    values: Mapping[str, Any],
+    done: dict[Any, Any],
+) -> int:
+    """The rows a counted step's write (no RETURNING) changed, for a program's `values`."""
+    sql = bound.sql
+    if db.observed.listeners:
+        db.observed.tell("sql", sql)
+    try:
+        return raw.execute(sql, bound.values(values, done)).rowcount
+    except sqlite3.Error as error:
+        raise sqlalchemy_error(error, sql) from error
 
 
 def _first(

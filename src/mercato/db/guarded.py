@@ -32,7 +32,12 @@ same step statements are put together:
 - **SQLite** (`Compiled.steps`): the same step statements, with the columns of earlier steps as
   bind parameters (`s_<step>_<column>`), run one after another in the caller's transaction
   (BEGIN IMMEDIATE has already serialised the writers). An empty REFUSE step raises before the
-  next step runs; the caller's rollback or SAVEPOINT takes back the earlier ones.
+  next step runs; the caller's rollback or SAVEPOINT takes back the earlier ones. A write is
+  spelled without its RETURNING where that is exact (`CompiledStep.counted`, decision 0490):
+  SQLite gathers a RETURNING's rows in an ephemeral b-tree (and an INSERT … SELECT with one
+  stages its SELECT in another), opened and closed on every run. Its row count then says
+  whether the step wrote (0: empty), and the columns later steps or outputs read are the
+  values it inserted as bound (`known`) or are read back by a unique key (`read`).
 
 Ids the rules need fresh on every run (a transfer's, its entries', new accounts') are declared
 by the steps (`Step.fresh`) and made by `run` unless the caller passes them. Inputs are passed
@@ -53,9 +58,10 @@ way each bind's type does, e.g. `UTCDateTime` wants an aware datetime), execute 
 the values, read the one row (`mercato_ok`: 0 stopped, 1 done; then the columns of
 `Compiled.outputs` in order) and turn an error whose SQLSTATE is 22P02 into `Refused` with
 `parse_refusal(message)`. On SQLite run `Compiled.steps` in order in one transaction with the
-rules of `_run_steps` below: bind each returned row as `s_<step>_<column>` (NULL when empty);
-an empty STOP step returns None; an empty REFUSE step runs `required_if` (when set) and
-`detail`, then raises.
+rules of `_run_steps` below: a `counted` step is empty when its write counts no row, else its
+row is `read` (when set) or the values of `known`; bind each step's row as
+`s_<step>_<column>` (NULL when empty); an empty STOP step returns None; an empty REFUSE step
+runs `required_if` (when set) and `detail`, then raises.
 """
 
 from __future__ import annotations
@@ -89,10 +95,14 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.sqlite.dml import OnConflictDoNothing, OnConflictDoUpdate
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.elements import BinaryExpression, BooleanClauseList, ColumnClause, Label
+from sqlalchemy.sql.schema import Column, UniqueConstraint
 from sqlalchemy.types import TypeEngine
 
 from mercato.core.ids import new_id
@@ -144,6 +154,8 @@ class Refs:
         self._ctes = ctes
         self._types = types
         self._params: dict[str, BindParameter[Any]] = {}
+        self.read: set[tuple[str, str]] = set()
+        """The (step, column) pairs the builders read (`col`)."""
 
     def param(self, name: str, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Any:
         """The input `name` (a bind parameter `p_<name>`)."""
@@ -154,6 +166,7 @@ class Refs:
 
     def col(self, step: str, column: str) -> Any:
         """Column `column` of the row step `step` returned."""
+        self.read.add((step, column))
         if self._ctes is None:  # SQLite: bound from the row the step returned
             key = f"s_{step}_{column}"
             found = self._params.get(key)
@@ -236,8 +249,19 @@ class CompiledStep:
     step: Step
     statement: Any
     columns: tuple[str, ...]
+    """The columns of its row the runner binds for the steps after it (`s_<step>_<column>`);
+    on SQLite, of a `counted` step, only those a later step or an output reads."""
     required_if: Select[Any] | None
     detail: Select[Any] | None
+    counted: bool = False
+    """SQLite: `statement` is the step's write without RETURNING; its row count says whether
+    the step wrote (0: the step is empty), and its row (`columns`) is `read` or `known`."""
+    read: Select[Any] | None = None
+    """SQLite, `counted`: reads `columns` of the row the write wrote, by a unique key, in the
+    same transaction (run only when the write counted a row)."""
+    known: tuple[str, ...] = ()
+    """SQLite, `counted`, without `read`: the bind names whose values are `columns` (values
+    the write inserted as they were bound)."""
 
 
 @dataclass
@@ -253,7 +277,7 @@ class Compiled:
         """Every statement compiled for `dialect`, once (SQLAlchemy's statement cache is not
         used: the dialect's upsert constructs are not cacheable, and a statement compiled
         ahead skips even the cache key): PostgreSQL `[statement]`; SQLite, per step,
-        `[statement, required_if, detail]`."""
+        `[statement, required_if, detail, read]`."""
         key = (dialect.driver, str(dialect.paramstyle))
         found = self._sql.get(key)
         if found is None:
@@ -265,7 +289,12 @@ class Compiled:
                 found = [build(self.statement)]
             else:
                 found = [
-                    [build(item.statement), build(item.required_if), build(item.detail)]
+                    [
+                        build(item.statement),
+                        build(item.required_if),
+                        build(item.detail),
+                        build(item.read),
+                    ]
                     for item in self.steps
                 ]
             self._sql[key] = found
@@ -292,20 +321,179 @@ def compile_program(program: Program, dialect: str) -> Compiled:
         return _compile_one_statement(program, steps, outputs, fresh)
     types: dict[str, dict[str, Any]] = {}
     refs = Refs(dialect, None, types)
-    compiled = Compiled(dialect, outputs, fresh)
+    built: list[tuple[Step, Any, Select[Any] | None, Select[Any] | None]] = []
     for step in steps:
         statement = step.build(refs)
         types[step.name] = _returned(statement)
-        compiled.steps.append(
-            CompiledStep(
+        built.append(
+            (
                 step,
                 statement,
-                tuple(types[step.name]),
                 None if step.required_if is None else select(step.required_if(refs)),
                 None if step.detail is None else select(*step.detail(refs)),
             )
         )
+    # Every step is built before any is spelled: a step's columns that nothing reads need
+    # neither RETURNING nor a read.
+    read = refs.read | {(step, column) for step, column in program.outputs}
+    compiled = Compiled(dialect, outputs, fresh)
+    for step, statement, required_if, detail in built:
+        columns = tuple(types[step.name])
+        needed = tuple(column for column in columns if (step.name, column) in read)
+        spelled = _counted(statement, needed)
+        if spelled is None:
+            compiled.steps.append(CompiledStep(step, statement, columns, required_if, detail))
+            continue
+        write, read_back, known = spelled
+        compiled.steps.append(
+            CompiledStep(step, write, needed, required_if, detail, True, read_back, known)
+        )
     return compiled
+
+
+def _counted(
+    statement: Any, needed: tuple[str, ...]
+) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
+    """A step's SQLite spelling without RETURNING (SQLite 3.35+ gathers a RETURNING's rows in
+    an ephemeral table, and an INSERT … SELECT with a RETURNING stages the SELECT's rows in
+    another): (the write, the read of its row's `needed` columns or None, the bind names
+    holding them when the row is the values bound). None: the step keeps its RETURNING.
+
+    - an INSERT (plain or ON CONFLICT DO NOTHING) wrote, when it counted a row, the values it
+      was given: a needed column must be a bound input or earlier step's column (`p_`, `s_`)
+      of a type SQLite stores and returns unchanged (no bind or result processing);
+    - an upsert (ON CONFLICT (target) DO UPDATE) wrote, when it counted a row, the one row of
+      its conflict target's values (inserted or updated): read back by that unique target;
+    - an UPDATE whose WHERE pins a unique key with equalities on columns it does not SET
+      (to bound values or constants) changed, when it counted a row, that one row: read back
+      by those equalities (the post-update values, as RETURNING gives)."""
+    if isinstance(statement, Insert):
+        return _counted_insert(statement, needed)
+    if isinstance(statement, Update):
+        return _counted_update(statement, needed)
+    return None
+
+
+def _without_returning(statement: Any) -> Any:
+    bare = statement._generate()
+    bare._returning = ()
+    return bare
+
+
+def _returning(statement: Any) -> dict[str, Any]:
+    return {str(c.key): c for c in statement.exported_columns}
+
+
+def _counted_insert(
+    statement: Insert, needed: tuple[str, ...]
+) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
+    chosen = statement.select
+    if chosen is None:
+        return None
+    table = statement.table
+    assert isinstance(table, Table)
+    post = getattr(statement, "_post_values_clause", None)
+    if post is not None and not isinstance(post, OnConflictDoNothing | OnConflictDoUpdate):
+        return None
+    if not needed:
+        return _without_returning(statement), None, ()
+    if not isinstance(chosen, Select):
+        return None  # several rows: which one RETURNING gives first is the SQL's to say
+    values = {
+        str(name): _unlabelled(value)
+        for name, value in zip(statement._select_names or (), chosen.selected_columns, strict=True)
+    }
+    returned = _returning(statement)
+    if isinstance(post, OnConflictDoUpdate):
+        targets = post.inferred_target_elements
+        if not targets or post.inferred_target_whereclause is not None:
+            return None
+        names = [getattr(target, "name", None) for target in targets]
+        updated = {str(getattr(key, "name", key)) for key, _ in post.update_values_to_set}
+        if updated & set(map(str, names)) or not _unique(table, set(map(str, names))):
+            return None
+        key = []
+        for name in names:
+            value = values.get(str(name))
+            if value is None or not _fixed(value):
+                return None
+            key.append(table.c[str(name)] == value)
+        read = select(*[returned[column] for column in needed]).where(*key)
+        return _without_returning(statement), read, ()
+    known = []
+    for column in needed:
+        value = values.get(column)
+        plain = column in table.c and _stored_as_bound(table.c[column].type)
+        if not (isinstance(value, BindParameter) and plain and value.key[:2] in ("p_", "s_")):
+            return None
+        known.append(str(value.key))
+    return _without_returning(statement), None, tuple(known)
+
+
+def _counted_update(
+    statement: Update, needed: tuple[str, ...]
+) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
+    table = statement.table
+    if not isinstance(table, Table) or statement._multi_values or statement.whereclause is None:
+        return None
+    given = statement._ordered_values or list((statement._values or {}).items())
+    assigned = {str(getattr(key, "name", key)) for key, _ in given}
+    assigned |= {c.name for c in table.c if c.onupdate is not None or c.server_onupdate}
+    key = [
+        term
+        for term in _conjuncts(statement.whereclause)
+        if isinstance(term, BinaryExpression)
+        and term.operator is operators.eq
+        and isinstance(term.left, Column)
+        and term.left.table is table
+        and term.left.name not in assigned
+        and _fixed(term.right)
+    ]
+    if not _unique(table, {term.left.name for term in key}):
+        return None
+    returned = _returning(statement)
+    read = select(*[returned[column] for column in needed]).where(*key) if needed else None
+    return _without_returning(statement), read, ()
+
+
+def _unlabelled(value: Any) -> Any:
+    return value.element if isinstance(value, Label) else value
+
+
+def _conjuncts(clause: Any) -> list[Any]:
+    if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
+        return [term for part in clause.clauses for term in _conjuncts(part)]
+    return [clause]
+
+
+def _fixed(value: Any) -> bool:
+    """A bound value or a constant: the same on every read of the statement's run."""
+    return isinstance(value, BindParameter) or (
+        isinstance(value, ColumnClause) and value.is_literal and value.table is None
+    )
+
+
+def _unique(table: Table, names: set[str]) -> bool:
+    """Whether equal values of the columns `names` pick at most one row of `table`."""
+    keys = [{c.name for c in table.primary_key.columns}]
+    keys += [
+        {c.name for c in k.columns} for k in table.constraints if isinstance(k, UniqueConstraint)
+    ]
+    keys += [
+        {c.name for c in i.columns}
+        for i in table.indexes
+        if i.unique and i.dialect_options["sqlite"].get("where") is None
+    ]
+    return any(key and key <= names for key in keys)
+
+
+def _stored_as_bound(type_: Any) -> bool:
+    """A type whose values SQLite stores and returns as bound (no processing either way)."""
+    impl = type_.dialect_impl(_SQLITE)
+    return impl.bind_processor(_SQLITE) is None and impl.result_processor(_SQLITE, None) is None
+
+
+_SQLITE = sqlite.dialect()
 
 
 def _compile_one_statement(
@@ -423,9 +611,17 @@ def _run_steps(
     session: Session, built: Compiled, sql: list[Any], values: dict[str, Any]
 ) -> dict[str, Any] | None:
     connection = session.connection()
-    for item, (statement, required_if, detail_of) in zip(built.steps, sql, strict=True):
+    for item, (statement, required_if, detail_of, read) in zip(built.steps, sql, strict=True):
         step = item.step
-        row = connection.execute(statement, values).first()
+        row: Sequence[Any] | None
+        if not item.counted:
+            row = connection.execute(statement, values).first()
+        elif connection.execute(statement, values).rowcount <= 0:
+            row = None
+        elif read is not None:
+            row = connection.execute(read, values).one()
+        else:
+            row = tuple(values[name] for name in item.known)
         if row is not None:
             for column, value in zip(item.columns, row, strict=True):
                 values[f"s_{step.name}_{column}"] = value
