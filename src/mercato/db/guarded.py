@@ -91,6 +91,7 @@ from sqlalchemy import (
     func,
     literal_column,
     null,
+    or_,
     select,
     true,
 )
@@ -99,9 +100,16 @@ from sqlalchemy.dialects.sqlite.dml import OnConflictDoNothing, OnConflictDoUpda
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql import operators
+from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.dml import Insert, Update
-from sqlalchemy.sql.elements import BinaryExpression, BooleanClauseList, ColumnClause, Label
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BooleanClauseList,
+    ClauseList,
+    ColumnClause,
+    Grouping,
+    Label,
+)
 from sqlalchemy.sql.schema import Column, UniqueConstraint
 from sqlalchemy.types import TypeEngine
 
@@ -323,14 +331,14 @@ def compile_program(program: Program, dialect: str) -> Compiled:
     refs = Refs(dialect, None, types)
     built: list[tuple[Step, Any, Select[Any] | None, Select[Any] | None]] = []
     for step in steps:
-        statement = step.build(refs)
+        statement = _in_lists(step.build(refs))
         types[step.name] = _returned(statement)
         built.append(
             (
                 step,
                 statement,
-                None if step.required_if is None else select(step.required_if(refs)),
-                None if step.detail is None else select(*step.detail(refs)),
+                None if step.required_if is None else _in_lists(select(step.required_if(refs))),
+                None if step.detail is None else _in_lists(select(*step.detail(refs))),
             )
         )
     # Every step is built before any is spelled: a step's columns that nothing reads need
@@ -349,6 +357,31 @@ def compile_program(program: Program, dialect: str) -> Compiled:
             CompiledStep(step, write, needed, required_if, detail, True, read_back, known)
         )
     return compiled
+
+
+def _in_lists(clause: Any) -> Any:
+    """`x IN (c1, c2, c3, …)` of three or more constants spelled `(x = c1 OR x = c2 OR …)`
+    on SQLite, which builds an ephemeral index of such a list on every run (decision 0491).
+    The same truth in three-valued logic (the constants are not NULL: NULL only when x is),
+    with the same affinity and collation (the left operand's, in both)."""
+
+    def replace(element: Any, **_kw: Any) -> Any:
+        if not isinstance(element, BinaryExpression) or element.operator is not operators.in_op:
+            return None
+        listed = element.right.element if isinstance(element.right, Grouping) else None
+        if not isinstance(listed, ClauseList) or len(listed.clauses) < 3:
+            return None
+        constants = list(listed.clauses)
+        for value in constants:
+            if not (isinstance(value, ColumnClause) and value.is_literal and value.table is None):
+                return None
+            if value.name.strip().upper() == "NULL":
+                return None
+        return or_(*[element.left == value for value in constants]).self_group()
+
+    if not any(replace(element) is not None for element in visitors.iterate(clause)):
+        return clause
+    return visitors.replacement_traverse(clause, {}, replace)
 
 
 def _counted(
@@ -395,8 +428,9 @@ def _counted_insert(
     post = getattr(statement, "_post_values_clause", None)
     if post is not None and not isinstance(post, OnConflictDoNothing | OnConflictDoUpdate):
         return None
+    write = _without_returning(statement)
     if not needed:
-        return _without_returning(statement), None, ()
+        return write, None, ()
     if not isinstance(chosen, Select):
         return None  # several rows: which one RETURNING gives first is the SQL's to say
     values = {
@@ -419,7 +453,7 @@ def _counted_insert(
                 return None
             key.append(table.c[str(name)] == value)
         read = select(*[returned[column] for column in needed]).where(*key)
-        return _without_returning(statement), read, ()
+        return write, read, ()
     known = []
     for column in needed:
         value = values.get(column)
@@ -427,7 +461,7 @@ def _counted_insert(
         if not (isinstance(value, BindParameter) and plain and value.key[:2] in ("p_", "s_")):
             return None
         known.append(str(value.key))
-    return _without_returning(statement), None, tuple(known)
+    return write, None, tuple(known)
 
 
 def _counted_update(
@@ -482,7 +516,8 @@ def _unique(table: Table, names: set[str]) -> bool:
     keys += [
         {c.name for c in i.columns}
         for i in table.indexes
-        if i.unique and i.dialect_options["sqlite"].get("where") is None
+        if i.unique
+        and not any(i.dialect_kwargs.get(f"{d}_where") for d in ("sqlite", "postgresql"))
     ]
     return any(key and key <= names for key in keys)
 

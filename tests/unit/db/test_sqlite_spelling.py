@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import String, select
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from builders.event_loops import run_on_fresh_loop
@@ -78,11 +78,33 @@ def test_no_money_step_opens_an_ephemeral_table(db: Database, program: guarded.P
                 if clause is not None:
                     compiled = clause.compile(dialect=dialect)
                     assert "RETURNING" not in compiled.string, (item.step.name, compiled.string)
+                    assert " IN (" not in compiled.string, (item.step.name, compiled.string)
                     assert not _ephemeral_tables(raw, compiled), (item.step.name, compiled.string)
             # Every write of the money programs is counted (the guard SELECT is not a write).
             assert item.counted or item.statement.is_select, item.step.name
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize("value", [None, "DISPATCHING", "RECONCILING", "SUCCEEDED"])
+def test_an_in_list_spelled_as_comparisons_keeps_its_truth(value: str | None) -> None:
+    """`x IN (a, b, c)` and its SQLite spelling agree on every x, NULL included."""
+    from sqlalchemy import bindparam
+
+    x = bindparam("x", type_=String)
+    listed = x.in_([guarded.inline(v) for v in ("DISPATCHING", "RETRY_WAIT", "RECONCILING")])
+    dialect = SQLiteDialect_pysqlite(paramstyle="named")
+    spelled = guarded._in_lists(select(listed.label("v")))
+    assert " IN (" not in str(spelled.compile(dialect=dialect))
+    raw = sqlite3.connect(":memory:")
+    try:
+        answers = [
+            raw.execute(str(statement.compile(dialect=dialect)), {"x": value}).fetchone()
+            for statement in (select(listed.label("v")), spelled)
+        ]
+    finally:
+        raw.close()
+    assert answers[0] == answers[1]
 
 
 def test_a_write_keeps_its_returning_where_its_row_cannot_be_named() -> None:
