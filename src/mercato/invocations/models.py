@@ -42,12 +42,17 @@ class Invocation(Base):
         Index(
             "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"
         ),
+        # Comparisons, not `x IN (…)`: SQLite builds an ephemeral index for an IN list of three
+        # or more constants on every row it checks (migration 0016, decision 0493).
         CheckConstraint(
-            "state IN ('DISPATCHING','RETRY_WAIT','RECONCILING','SUCCEEDED','FAILED')",
+            "state = 'DISPATCHING' OR state = 'RETRY_WAIT' OR state = 'RECONCILING' "
+            "OR state = 'SUCCEEDED' OR state = 'FAILED'",
             name="state",
         ),
         CheckConstraint(
-            "settlement IN ('PENDING','SETTLED','RELEASED','REFUNDED')", name="settlement"
+            "settlement = 'PENDING' OR settlement = 'SETTLED' OR settlement = 'RELEASED' "
+            "OR settlement = 'REFUNDED'",
+            name="settlement",
         ),
     )
 

@@ -86,6 +86,26 @@ def test_no_money_step_opens_an_ephemeral_table(db: Database, program: guarded.P
         raw.close()
 
 
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
+def test_no_money_step_opens_an_ephemeral_index(db: Database, program: guarded.Program) -> None:
+    """Nor an ephemeral index: the tables' CHECKs spell their lists as comparisons (migration
+    0016, decision 0493); `CHECK (x IN (…three or more…))` built one on every row checked."""
+    dialect = SQLiteDialect_pysqlite(paramstyle="qmark")
+    built = guarded.compiled(program, "sqlite")
+    raw = sqlite3.connect(db.engine.url.database or "")
+    try:
+        for item in built.steps:
+            for clause in (item.statement, item.read, item.required_if, item.detail):
+                if clause is not None:
+                    compiled = clause.compile(dialect=dialect)
+                    values = [None] * len(compiled.positiontup or ())
+                    plan = raw.execute("EXPLAIN " + compiled.string, values).fetchall()
+                    opened = [op for op in plan if op[1] == "OpenEphemeral"]
+                    assert not opened, (item.step.name, compiled.string, opened)
+    finally:
+        raw.close()
+
+
 @pytest.mark.parametrize("value", [None, "DISPATCHING", "RECONCILING", "SUCCEEDED"])
 def test_an_in_list_spelled_as_comparisons_keeps_its_truth(value: str | None) -> None:
     """`x IN (a, b, c)` and its SQLite spelling agree on every x, NULL included."""
