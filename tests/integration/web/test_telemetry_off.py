@@ -91,3 +91,24 @@ def test_an_exception_out_of_a_route_is_still_the_500_problem(runtime: Runtime) 
         answer = client.get("/_boom")
     assert answer.status_code == 500
     assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+def test_http_requests_skip_fastapis_call_and_the_lifespan_does_not(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`MercatoApp.__call__` sends an HTTP request straight to the middleware stack (what
+    FastAPI's and Starlette's `__call__` do with telemetry off); the lifespan still goes
+    through FastAPI's."""
+    app = create_app(runtime)
+    kinds: list[str] = []
+    through = MercatoApp.__mro__[1].__call__
+
+    async def recording(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        kinds.append(scope["type"])
+        await through(self, scope, receive, send)
+
+    monkeypatch.setattr(MercatoApp.__mro__[1], "__call__", recording)
+    with TestClient(app) as client:
+        assert client.get("/health/live").status_code == 200
+        assert client.get("/no/such/page").status_code == 404
+    assert kinds == ["lifespan"]
