@@ -281,7 +281,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        size = len(self.url) + 4 * len(self.headers)  # a loop, not `sum` over a generator
+        for name, value in self.headers:
+            size += len(name) + len(value)
         if size > MAX_HEAD_BYTES:
             self._too_large = True
             raise _HeadTooLarge
