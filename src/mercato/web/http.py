@@ -24,6 +24,7 @@ And it checks a response's header names and values once per answer, not once per
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -102,15 +103,25 @@ class OneWriteAnswer:
             self._transport.write(head)
 
 
+def _refused_by(pattern: re.Pattern[bytes]) -> bytes:
+    """The bytes `pattern` (a class of single bytes) finds: a string has one exactly when the
+    pattern's search finds something in it."""
+    return bytes(octet for octet in range(256) if pattern.fullmatch(bytes([octet])))
+
+
+_NAME_REFUSED = _refused_by(HEADER_RE)
+_VALUE_REFUSED = _refused_by(HEADER_VALUE_RE)
+
+
 class CheckedOnceCycle(RequestResponseCycle):
     """uvicorn's request-response cycle, whose `send` checks a response's header names and
-    values by one regex search over all the names and one over all the values, not two
-    searches per header (decision 0497).
+    values all at once, not by two regex searches per header (decision 0497).
 
-    uvicorn refuses a name with a character of `HEADER_RE` and a value with one of
-    `HEADER_VALUE_RE` (CR and LF among them). Both are character classes: a class matches in a
-    concatenation exactly when it matches in one of its parts, so the joined searches find a
-    bad header whenever the per-header searches would. When they find one (or cannot run:
+    uvicorn refuses a name with a byte of `HEADER_RE` and a value with one of
+    `HEADER_VALUE_RE` (CR and LF among them). Both are classes of single bytes: a header has
+    one exactly when the concatenation of all the names (or values) has one, and that is
+    when deleting those bytes (`bytes.translate`, a table lookup per byte instead of the
+    regex engine's walk of the class) shortens it. When they find one (or cannot run:
     headers that are not bytes), the headers are checked one by one as uvicorn checks them,
     raising its error for the header it names first. Everything else is uvicorn 0.54's `send`
     line for line (a test pins its source), so the bytes written, the errors and the cycle's
@@ -135,10 +146,11 @@ class CheckedOnceCycle(RequestResponseCycle):
             status_code = message["status"]
             headers = self.default_headers + list(message.get("headers", []))
             try:  # no side effects; anything odd is left to the checks header by header
-                checked = (
-                    HEADER_RE.search(b"".join([name for name, _ in headers])) is None
-                    and HEADER_VALUE_RE.search(b"".join([value for _, value in headers])) is None
-                )
+                names = b"".join([name for name, _ in headers])
+                values = b"".join([value for _, value in headers])
+                checked = len(names.translate(None, _NAME_REFUSED)) == len(names) and len(
+                    values.translate(None, _VALUE_REFUSED)
+                ) == len(values)
             except Exception:
                 checked = False
 

@@ -14,9 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    RequestResponseCycle,
+)
 
-from mercato.web.http import CheckedOnceCycle
+from mercato.web.http import _NAME_REFUSED, _VALUE_REFUSED, CheckedOnceCycle
 
 # uvicorn 0.54's `RequestResponseCycle.send`, of which `CheckedOnceCycle.send` is a copy with
 # the checks done once: when uvicorn's changes, compare the two again and update this.
@@ -223,3 +227,18 @@ def test_any_headers_end_as_in_uvicorn(
     headers: list[tuple[bytes, bytes]], method: str, status: int, body: bytes
 ) -> None:
     _same([_start(headers, status), _body(body)], method)
+
+
+def test_uvicorns_header_patterns_are_the_byte_classes_translated() -> None:
+    """`_NAME_REFUSED`/`_VALUE_REFUSED` are derived from uvicorn's patterns, which must stay
+    classes of single bytes for a deletion to find what their search finds."""
+    assert HEADER_RE.pattern == b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]'
+    assert HEADER_VALUE_RE.pattern == b"[\x00-\x08\x0a-\x1f\x7f]"
+    assert b"\r" in _VALUE_REFUSED and b"\n" in _VALUE_REFUSED and b"\t" not in _VALUE_REFUSED
+
+
+@given(st.binary(max_size=40))
+def test_a_deletion_finds_what_the_search_finds(data: bytes) -> None:
+    for pattern, refused in ((HEADER_RE, _NAME_REFUSED), (HEADER_VALUE_RE, _VALUE_REFUSED)):
+        found = pattern.search(data) is not None
+        assert found == (len(data.translate(None, refused)) != len(data))
