@@ -19,7 +19,10 @@ With `--workers N` (cpu mode), serve runs N workers and the CPU is the whole pro
     python -m bench.replays [--stores postgresql,sqlite] [--mode instr|cpu] [--clients 2]
         [--workers 1]
         [--warmup 500] [--seconds 5] [--windows 2] [--rounds 1] [--tree LABEL=PATH ...]
-        [--profile PREFIX]
+        [--profile PREFIX] [--keep]
+
+With `--keep`, the work directory (in instr mode, callgrind's dumps per window, for
+`callgrind_annotate --inclusive=yes`) is kept and named on stderr.
 """
 
 from __future__ import annotations
@@ -235,11 +238,14 @@ def main() -> None:
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
     parser.add_argument("--profile", help="py-spy raw profile of the first window to PREFIX-*")
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (callgrind's dumps)"
+    )
     options = parser.parse_args()
     if options.mode == "instr" and options.workers != 1:
         parser.error("--workers: instr mode counts one serve process (--workers 1)")
     options.trees = options.tree or [("this", None)]
-    print_rows(options, "mercato-replays-", run_store)
+    print_rows(options, "mercato-replays-", run_store, keep=options.keep)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@ def runtime_of(request: Request) -> Runtime:
 
 def bearer_token(request: Request) -> str:
     """The token of `Authorization: Bearer <token>`, or Unauthenticated for anything else."""
-    header = request.headers.get("authorization")
+    return bearer_token_of(request.headers.get("authorization"))
+
+
+def bearer_token_of(header: str | None) -> str:
+    """`bearer_token` of the request's (first) Authorization header's value, None when it has
+    none."""
     if header is None:
         raise Unauthenticated("Send Authorization: Bearer <API key or access token>.")
     scheme, _, token = header.strip().partition(" ")
@@ -65,15 +70,20 @@ def principal_in(request: Request, session: Session, token: str) -> Principal:
     return principal
 
 
-async def principal_on(request: Request, conn: AsyncConnection, token: str) -> Principal:
+async def principal_on(
+    request: Request, conn: AsyncConnection, token: str, runtime: Runtime | None = None
+) -> Principal:
     """`principal_in` on the event loop: the caller of `token` read on the route's own async
     read `conn` (the invoke route authenticates and reads the call's facts in one read).
 
     An API key's last use, when due, is NOT written here: a unit of work opened inside the
     read would wait for a second connection while holding the first, and under load every
     request would hold one and wait for another, for ever (the pool is bounded). The caller
-    records it with `record_key_use` once its read has ended."""
-    runtime = runtime_of(request)
+    records it with `record_key_use` once its read has ended.
+
+    `runtime`: the app's (`runtime_of(request)`), when the caller has it already."""
+    if runtime is None:
+        runtime = runtime_of(request)
     now = runtime.clock.now()
     if token.startswith(accounts.API_KEY_PREFIX):
         # From the process's memory when it has the key: the call's money write proves it

@@ -42,6 +42,36 @@ def test_invalid_keys(values: list[str], error: type[Exception]) -> None:
         check_idempotency_key(values)
 
 
+@given(
+    st.text(
+        alphabet=st.one_of(
+            st.characters(min_codepoint=0, max_codepoint=0x80),
+            st.characters(),
+        ),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_key_check_is_its_definition(key: str) -> None:
+    """1-191 characters, each visible ASCII ("!"..."~"), as the check was first written
+    (decision 0496 checks it by `isascii`, `isprintable` and no space)."""
+    valid = len(key) <= 191 and all("!" <= ch <= "~" for ch in key)
+    if valid:
+        assert check_idempotency_key([key]) == key
+    else:
+        with pytest.raises(IdempotencyKeyInvalid):
+            check_idempotency_key([key])
+
+
+@pytest.mark.parametrize("char", [chr(c) for c in range(0x100)])
+def test_each_latin1_character_alone(char: str) -> None:
+    if "!" <= char <= "~":
+        assert check_idempotency_key(["k" + char]) == "k" + char
+    else:
+        with pytest.raises(IdempotencyKeyInvalid):
+            check_idempotency_key(["k" + char])
+
+
 def _fingerprint_as_written_first(service_code: str, version: str, body: bytes) -> str:
     """The fingerprint's definition: `canonical_json` of the whole document (decision 0472
     writes the outer document by orjson when that is the same)."""

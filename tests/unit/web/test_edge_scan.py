@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mercato.web.edge import Replayed, json_pointer, nul_in_json, shown
+from mercato.web.edge import (
+    Replayed,
+    head_refusal,
+    invalid_text,
+    json_pointer,
+    nul_in_json,
+    shown,
+)
 
 
 @pytest.mark.parametrize(
@@ -92,3 +99,41 @@ def test_a_body_cut_by_a_disconnect_is_not_taken() -> None:
     replayed = Replayed(cut, _server())
     assert replayed.take_body() is None
     assert [asyncio.run(replayed()), asyncio.run(replayed())] == cut  # nothing taken
+
+
+def _head_refusal_first_written(scope: dict[str, Any]) -> Any:
+    """`head_refusal`'s header loop as first written (decision 0499 scans the joined headers
+    first); the rest of the function is unchanged, so this stops where they differ."""
+    authorizations = 0
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorizations += 1
+        if value.find(b"\x00") != -1 or name.find(b"\x00") != -1:
+            return invalid_text(400, "header", shown(name.decode("latin-1")))
+    return authorizations
+
+
+def _answer(response: Any) -> Any:
+    if response is None:
+        return None
+    return response.status_code, response.body, response.headers.raw
+
+
+_header_bytes = st.binary(max_size=6) | st.sampled_from([b"authorization", b"a\x00", b"\x00"])
+
+
+@given(st.lists(st.tuples(_header_bytes, _header_bytes), max_size=6))
+def test_the_head_refusal_is_the_one_the_header_loop_gave(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    scope = {"type": "http", "headers": headers, "path": "/x", "query_string": b"", "method": "GET"}
+    first = _head_refusal_first_written(scope)
+    ours = head_refusal(scope)
+    if isinstance(first, int):  # no NUL in any header: the authorization count decides
+        if first > 1:
+            assert ours is not None and ours.status_code == 400
+            assert b"AMBIGUOUS_CREDENTIALS" in ours.body
+        else:
+            assert ours is None
+    else:
+        assert _answer(ours) == _answer(first)

@@ -45,7 +45,7 @@ from mercato.web.api.schemas import (
     ReceiptPage,
 )
 from mercato.web.deps import (
-    bearer_token,
+    bearer_token_of,
     current_principal,
     principal_on,
     record_key_use,
@@ -216,12 +216,23 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
     # awaited in `flows.run`; nothing hops to the thread pool.
     body = await request.body()
     runtime = runtime_of(request)
-    token = bearer_token(request)  # a malformed credential is refused before any database work
+    # The two headers the route reads, from the request's raw headers in one pass (what
+    # `request.headers.get` and `.getlist` give: ASGI names are lower-case, values Latin-1).
+    authorization: str | None = None
+    keys: list[str] = []
+    for name, value in request.scope["headers"]:
+        if name == b"authorization":
+            if authorization is None:
+                authorization = value.decode("latin-1")
+        elif name == b"idempotency-key":
+            keys.append(value.decode("latin-1"))
+    # A malformed credential is refused before any database work.
+    token = bearer_token_of(authorization)
     principal: Principal | None = None
     try:
         async with runtime.adb.read() as conn:
-            principal = await principal_on(request, conn, token)
-            key = invocations.check_idempotency_key(request.headers.getlist("idempotency-key"))
+            principal = await principal_on(request, conn, token, runtime)
+            key = invocations.check_idempotency_key(keys)
             prepared = await flows.prepare(
                 runtime,
                 conn,
