@@ -632,6 +632,18 @@ def ledger_check(runtime: Any, env: dict[str, str], target: Target) -> dict[str,
             )
             or 0
         )
+        # The calls of this run left unfinished, to be looked up in the processes' logs by
+        # their request ids (kept with the work directory when the check fails).
+        unsettled = [
+            {"id": id_, "state": state, "settlement": settlement, "request_id": request_id}
+            for id_, state, settlement, request_id in session.execute(
+                text(
+                    "SELECT id, state, settlement, request_id FROM invocations "
+                    "WHERE idempotency_key NOT LIKE 'prior-%' "
+                    "AND settlement NOT IN ('SETTLED', 'RELEASED') ORDER BY id LIMIT 5"
+                )
+            )
+        ]
     accepted = sum(by_state.values())
     settled = by_state.get("SUCCEEDED/SETTLED", 0)
     released = by_state.get("FAILED/RELEASED", 0)
@@ -654,6 +666,8 @@ def ledger_check(runtime: Any, env: dict[str, str], target: Target) -> dict[str,
         "invocation_vs_reservation": pairs,
         "held_reservations": held,
         "answers_200": ok_200,
+        "answers_by_status": {str(k): v for k, v in sorted(target.invoke_answers.items())},
+        "unsettled": unsettled,
         "duplicate_settle_transfers": settled_transfers,
         "every_accepted_call_settled_once": exactly_once,
     }
@@ -940,10 +954,16 @@ def run(options: Options) -> dict[str, Any]:
     }
     for store in options.stores:
         workdir = Path(tempfile.mkdtemp(prefix=f"mercato-bench-{store}-"))
+        keep = False
         try:
-            result["stores"][store] = run_store(store, options, workdir)
+            result["stores"][store] = data = run_store(store, options, workdir)
+            # A failed ledger check keeps the database and the processes' logs to look into.
+            keep = not ledger_ok(data.get("ledger", {}))
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if keep:
+                print(f"[{store}] ledger check failed: kept {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
     result["machine"]["loadavg_at_end"] = os.getloadavg()
     options.out_dir.mkdir(parents=True, exist_ok=True)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
@@ -977,6 +997,12 @@ def ledger_line(ledger: dict[str, Any]) -> str:
         f"released={ledger.get('released')} held={ledger.get('held_reservations')} "
         f"200s={ledger.get('answers_200')}; every accepted call settled exactly once="
         f"{ledger.get('every_accepted_call_settled_once')}"
+        + (
+            ""
+            if ledger.get("every_accepted_call_settled_once", True)
+            else f"; answers by status {ledger.get('answers_by_status')}; "
+            f"unsettled {ledger.get('unsettled')}"
+        )
     )
 
 
