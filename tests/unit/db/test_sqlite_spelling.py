@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -58,52 +59,49 @@ PROGRAMS = [
 ]
 
 
-def _ephemeral_tables(raw: sqlite3.Connection, compiled: Any) -> list[tuple[Any, ...]]:
-    """The OpenEphemeral opcodes of `compiled`'s program that open a table (no key info):
-    RETURNING's and an INSERT's staged SELECT. An IN list of constants (a CHECK's, a WHERE's)
-    opens an ephemeral index, which this does not count."""
+def _opened(raw: sqlite3.Connection, compiled: Any) -> list[tuple[Any, ...]]:
+    """The OpenEphemeral opcodes of `compiled`'s program: a table (no key info) for a
+    RETURNING or an INSERT's staged SELECT, an index for an IN list of constants (a CHECK's, a
+    WHERE's)."""
     values = [None] * len(compiled.positiontup or ())
     program = raw.execute("EXPLAIN " + compiled.string, values).fetchall()
-    return [op for op in program if op[1] == "OpenEphemeral" and not op[5]]
+    return [op for op in program if op[1] == "OpenEphemeral"]
+
+
+def _statements(
+    db: Database, program: guarded.Program
+) -> Iterator[tuple[sqlite3.Connection, guarded.CompiledStep, Any]]:
+    """Every SQLite statement of `program` (each step's write, read, `required_if`, `detail`),
+    compiled, with a connection to the migrated test database to EXPLAIN it on."""
+    dialect = SQLiteDialect_pysqlite(paramstyle="qmark")
+    raw = sqlite3.connect(db.engine.url.database or "")
+    try:
+        for item in guarded.compiled(program, "sqlite").steps:
+            for clause in (item.statement, item.read, item.required_if, item.detail):
+                if clause is not None:
+                    yield raw, item, clause.compile(dialect=dialect)
+    finally:
+        raw.close()
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
 def test_no_money_step_opens_an_ephemeral_table(db: Database, program: guarded.Program) -> None:
-    dialect = SQLiteDialect_pysqlite(paramstyle="qmark")
-    built = guarded.compiled(program, "sqlite")
-    raw = sqlite3.connect(db.engine.url.database or "")
-    try:
-        for item in built.steps:
-            for clause in (item.statement, item.read, item.required_if, item.detail):
-                if clause is not None:
-                    compiled = clause.compile(dialect=dialect)
-                    assert "RETURNING" not in compiled.string, (item.step.name, compiled.string)
-                    assert " IN (" not in compiled.string, (item.step.name, compiled.string)
-                    assert not _ephemeral_tables(raw, compiled), (item.step.name, compiled.string)
-            # Every write of the money programs is counted (the guard SELECT is not a write).
-            assert item.counted or item.statement.is_select, item.step.name
-    finally:
-        raw.close()
+    for raw, item, compiled in _statements(db, program):
+        assert "RETURNING" not in compiled.string, (item.step.name, compiled.string)
+        assert " IN (" not in compiled.string, (item.step.name, compiled.string)
+        tables = [op for op in _opened(raw, compiled) if not op[5]]
+        assert not tables, (item.step.name, compiled.string)
+        # Every write of the money programs is counted (the guard SELECT is not a write).
+        assert item.counted or item.statement.is_select, item.step.name
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
 def test_no_money_step_opens_an_ephemeral_index(db: Database, program: guarded.Program) -> None:
     """Nor an ephemeral index: the tables' CHECKs spell their lists as comparisons (migration
     0016, decision 0493); `CHECK (x IN (…three or more…))` built one on every row checked."""
-    dialect = SQLiteDialect_pysqlite(paramstyle="qmark")
-    built = guarded.compiled(program, "sqlite")
-    raw = sqlite3.connect(db.engine.url.database or "")
-    try:
-        for item in built.steps:
-            for clause in (item.statement, item.read, item.required_if, item.detail):
-                if clause is not None:
-                    compiled = clause.compile(dialect=dialect)
-                    values = [None] * len(compiled.positiontup or ())
-                    plan = raw.execute("EXPLAIN " + compiled.string, values).fetchall()
-                    opened = [op for op in plan if op[1] == "OpenEphemeral"]
-                    assert not opened, (item.step.name, compiled.string, opened)
-    finally:
-        raw.close()
+    for raw, item, compiled in _statements(db, program):
+        opened = _opened(raw, compiled)
+        assert not opened, (item.step.name, compiled.string, opened)
 
 
 @pytest.mark.parametrize("value", [None, "DISPATCHING", "RECONCILING", "SUCCEEDED"])
