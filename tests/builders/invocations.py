@@ -18,8 +18,36 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from builders.servers import QuietThreadingHTTPServer, serve_in_thread, stop_server
+from mercato.catalog.schemas import InvocableVersion
 
 CREDENTIAL = "scripted-credential-0123456789abcdef"
+
+
+def invocable_version(
+    *,
+    provider_account_id: str,
+    label: str = "v1",
+    price: int = 7,
+    share_bps: int = 7000,
+    name: str = "script",
+) -> InvocableVersion:
+    """A published version's facts as `invocations.accept` takes them, without a catalog: its
+    ids and service code made from `name` and `label`, the rest fixed."""
+    return InvocableVersion(
+        version_id=f"ver_{name}_{label}",
+        listing_id=f"lst_{name}",
+        service_code=f"{name}.echo",
+        version=label,
+        price=price,
+        contract={"resultSchema": {"type": "object"}},
+        contract_digest="c" * 64,
+        request_max_bytes=512,
+        response_max_bytes=4096,
+        has_artifact_contract=False,
+        connection_id=f"con_{name}",
+        provider_account_id=provider_account_id,
+        provider_share_bps=share_bps,
+    )
 
 
 def envelope(outcome: str, **members: Any) -> bytes:

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
+from builders.invocations import invocable_version
 from mercato.accounts.models import Account
 from mercato.catalog.schemas import InvocableVersion
 from mercato.core.errors import MercatoError
@@ -38,20 +39,8 @@ ADDRESS = Address(
 
 
 def _version(label: str, price: int, share_bps: int) -> InvocableVersion:
-    return InvocableVersion(
-        version_id=f"ver_{label}",
-        listing_id="lst_script",
-        service_code="script.echo",
-        version=label,
-        price=price,
-        contract={"resultSchema": {"type": "object"}},
-        contract_digest="c" * 64,
-        request_max_bytes=512,
-        response_max_bytes=4096,
-        has_artifact_contract=False,
-        connection_id="con_script",
-        provider_account_id=PROVIDER,
-        provider_share_bps=share_bps,
+    return invocable_version(
+        provider_account_id=PROVIDER, label=label, price=price, share_bps=share_bps
     )
 
 

@@ -17,8 +17,8 @@ from sqlalchemy import String, select
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from builders.event_loops import run_on_fresh_loop
+from builders.invocations import invocable_version
 from builders.ledger import ledger_account
-from mercato.catalog.schemas import InvocableVersion
 from mercato.core.clock import utcnow
 from mercato.db import guarded
 from mercato.db.plans import Run
@@ -292,24 +292,6 @@ def test_a_full_quota_window_refuses_and_takes_nothing(runtime: Runtime, side: s
     }
 
 
-def _version(provider: str) -> InvocableVersion:
-    return InvocableVersion(
-        version_id="ver_spelling",
-        listing_id="lst_spelling",
-        service_code="spelling.echo",
-        version="v1",
-        price=7,
-        contract={"resultSchema": {"type": "object"}},
-        contract_digest="c" * 64,
-        request_max_bytes=512,
-        response_max_bytes=4096,
-        has_artifact_contract=False,
-        connection_id="con_spelling",
-        provider_account_id=provider,
-        provider_share_bps=7000,
-    )
-
-
 ADDRESS = Address(
     connection_revision=1, base_url="https://p.example/v1", credential_digest="d" * 64
 )
@@ -326,12 +308,24 @@ def _accept(
             channel="API_KEY",
             idempotency_key=key,
             fingerprint="f" * 64,
-            version=_version(provider),
+            version=invocable_version(provider_account_id=provider, name="spelling"),
             payload=b'{"n": 1}',
             policy=Policy(name="spelling", limit=5, window_seconds=60),
             address=ADDRESS,
             lease_owner=f"lease_{invocation_id}",
             lease_seconds=30,
+            now=now,
+        )
+
+
+def _succeed(db: Database, invocation_id: str, lease_owner: str, now: dt.datetime) -> Any:
+    with db.statement() as session:
+        return invocations.finish_success(
+            session,
+            invocation_id=invocation_id,
+            lease_owner=lease_owner,
+            result=b'{"ok": true}',
+            artifacts=None,
             now=now,
         )
 
@@ -352,26 +346,10 @@ def test_a_same_key_twin_stops_and_a_lost_lease_stops(runtime: Runtime) -> None:
         attempts = session.execute(select(InvocationAttempt.invocation_id)).scalars().all()
         assert attempts == ["inv_spelling_a"]
         assert ledger.balances(session, account_id=caller).reserved == 7
-    with db.statement() as session:
-        lost = invocations.finish_success(
-            session,
-            invocation_id="inv_spelling_a",
-            lease_owner="lease_someone_else",
-            result=b'{"ok": true}',
-            artifacts=None,
-            now=now,
-        )
+    lost = _succeed(db, "inv_spelling_a", "lease_someone_else", now)
     assert lost is None  # STOP: the lease was not ours
     assert _book(runtime) == before
-    with db.statement() as session:
-        done = invocations.finish_success(
-            session,
-            invocation_id="inv_spelling_a",
-            lease_owner="lease_inv_spelling_a",
-            result=b'{"ok": true}',
-            artifacts=None,
-            now=now,
-        )
+    done = _succeed(db, "inv_spelling_a", "lease_inv_spelling_a", now)
     assert done is not None and done.invocation_id == "inv_spelling_a" and done.state == "SUCCEEDED"
     with db.read() as session:
         assert ledger.balances(session, account_id=caller).reserved == 0
