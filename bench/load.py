@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 # (method, path, headers, body) for the n-th request of client c
 RequestFactory = Callable[[int, int], tuple[str, str, dict[str, str], bytes]]
@@ -78,7 +78,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool
         elif name == b"connection" and b"close" in value.lower():
             close = True
     if chunked:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
             if size == 0:
@@ -97,50 +97,185 @@ def _encode(host: str, method: str, path: str, headers: dict[str, str], body: by
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-async def _client(
-    index: int,
-    host: str,
-    port: int,
-    factory: RequestFactory,
-    start: float,
-    stop: float,
-    latencies: list[float],
-    statuses: Counter[int],
-    errors: list[int],
-    check: Callable[[int, bytes], None] | None,
-) -> None:
-    reader: asyncio.StreamReader | None = None
-    writer: asyncio.StreamWriter | None = None
-    n = 0
-    clock = time.perf_counter
-    while clock() < stop:
-        if writer is None:
-            reader, writer = await asyncio.open_connection(host, port)
-        assert reader is not None
-        method, path, headers, body = factory(index, n)
-        n += 1
-        data = _encode(f"{host}:{port}", method, path, headers, body)
-        began = clock()
+class _Client(asyncio.Protocol):
+    """One closed-loop client on its own keep-alive connection: it writes its next request
+    as soon as the previous answer's last byte is read (an asyncio protocol, not streams:
+    no coroutine resumed per read, no StreamReader buffer copies; the generator shares the
+    machine's cores with the servers it measures, decision 0506)."""
+
+    def __init__(self, run: _Run, index: int) -> None:
+        self.run = run
+        self.index = index
+        self.n = 0
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.began = 0.0
+        self.waiting = False  # a request is written and its answer not yet read whole
+        self.last: tuple[str, str, dict[str, str], bytes] | None = None
+        self.last_data = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.buffer = b""
+        self.send_next()
+
+    def send_next(self) -> None:
+        run = self.run
+        if time.perf_counter() >= run.stop:
+            self.finish()
+            return
+        request = run.factory(self.index, self.n)
+        self.n += 1
+        if request != self.last:  # the same request again (a replay): its bytes again
+            method, path, headers, body = request
+            self.last = request
+            self.last_data = _encode(run.hostport, method, path, headers, body)
+        assert self.transport is not None
+        self.waiting = True
+        self.began = time.perf_counter()
+        self.transport.write(self.last_data)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data if self.buffer else data
         try:
-            writer.write(data)
-            status, payload, close = await _read_response(reader)
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            errors[0] += 1
-            writer.close()
-            writer = None
-            continue
-        ended = clock()
-        errors[1] += 1
-        if start <= ended <= stop:  # answers completed inside the window
-            latencies.append((ended - began) * 1000.0)
-            statuses[status] += 1
-        if check is not None:
-            check(status, payload)
-        if close:
-            writer.close()
-            writer = None
-    if writer is not None:
-        writer.close()
+            answer = _answer_in(buffer)
+        except ValueError:  # not an HTTP/1.1 answer
+            self.failed()
+            return
+        if answer is None:
+            self.buffer = buffer
+            return
+        status, payload, close, used = answer
+        # A closed-loop client writes nothing before it has read the answer whole, so
+        # anything after the answer is a server error, not the next answer.
+        self.buffer = b""
+        ended = time.perf_counter()
+        self.waiting = False
+        run = self.run
+        run.answered += 1
+        if run.start <= ended <= run.stop:  # answers completed inside the window
+            run.latencies.append((ended - self.began) * 1000.0)
+            run.statuses[status] += 1
+        if run.check is not None:
+            run.check(status, payload)
+        if close or used != len(buffer):
+            assert self.transport is not None
+            self.transport.close()  # connection_lost reconnects
+            return
+        self.send_next()
+
+    def failed(self) -> None:
+        self.run.failed += 1
+        self.waiting = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiting:  # the answer never came whole
+            self.waiting = False
+            self.run.failed += 1
+        self.transport = None
+        if not self.run.finished(self):
+            self.run.reconnect(self)
+
+    def finish(self) -> None:
+        self.run.done(self)
+        if self.transport is not None:
+            transport, self.transport = self.transport, None
+            transport.close()
+
+
+def _answer_in(buffer: bytes) -> tuple[int, bytes, bool, int] | None:
+    """The first whole answer in `buffer`: (status, body, connection close, bytes used); None
+    when it is not whole yet. ValueError when it cannot be an HTTP/1.1 answer."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buffer[:end].lower()
+    status = int(head[9:12])
+    start = end + 4
+    close = b"close" in _header_value(head, b"\r\nconnection:")
+    if b"chunked" in _header_value(head, b"\r\ntransfer-encoding:"):
+        parts: list[bytes] = []
+        position = start
+        while True:
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                return None
+            size = int(buffer[position:line_end].split(b";")[0], 16)
+            position = line_end + 2
+            if size == 0:
+                trailer_end = buffer.find(b"\r\n", position)
+                if trailer_end < 0:
+                    return None
+                return status, b"".join(parts), close, trailer_end + 2
+            if len(buffer) < position + size + 2:
+                return None
+            parts.append(buffer[position : position + size])
+            position += size + 2
+    length = int(_header_value(head, b"\r\ncontent-length:") or b"0")
+    if len(buffer) < start + length:
+        return None
+    return status, buffer[start : start + length], close, start + length
+
+
+def _header_value(head: bytes, prefix: bytes) -> bytes:
+    """The value of the first header line of `head` (lower-cased) that starts with `prefix`
+    (CRLF, the name, the colon), without its surrounding spaces; empty when there is none."""
+    at = head.find(prefix)
+    if at < 0:
+        return b""
+    line_end = head.find(b"\r\n", at + 2)
+    return head[at + len(prefix) : line_end if line_end >= 0 else len(head)].strip()
+
+
+class _Run:
+    """One load run's shared state: the window, the counts, and the clients still running."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        factory: RequestFactory,
+        start: float,
+        stop: float,
+        check: Callable[[int, bytes], None] | None,
+    ) -> None:
+        self.host, self.port = host, port
+        self.hostport = f"{host}:{port}"
+        self.factory = factory
+        self.start, self.stop = start, stop
+        self.check = check
+        self.latencies: list[float] = []
+        self.statuses: Counter[int] = Counter()
+        self.failed = 0
+        self.answered = 0
+        self.running: set[_Client] = set()
+        self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.connecting: set[asyncio.Task[Any]] = set()
+
+    def done(self, client: _Client) -> None:
+        self.running.discard(client)
+        if not self.running and not self.all_done.done():
+            self.all_done.set_result(None)
+
+    def finished(self, client: _Client) -> bool:
+        return client not in self.running
+
+    def reconnect(self, client: _Client) -> None:
+        if time.perf_counter() >= self.stop:
+            self.done(client)
+            return
+        task = asyncio.ensure_future(self.connect(client))
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+
+    async def connect(self, client: _Client) -> None:
+        try:
+            await asyncio.get_running_loop().create_connection(lambda: client, self.host, self.port)
+        except OSError as error:  # the server is gone: the run fails, as a measurement must
+            if not self.all_done.done():
+                self.all_done.set_exception(error)
 
 
 async def _run(
@@ -153,18 +288,16 @@ async def _run(
     warmup: float,
     check: Callable[[int, bytes], None] | None,
 ) -> LoadResult:
-    latencies: list[float] = []
-    statuses: Counter[int] = Counter()
-    errors = [0, 0]  # failed, answered
     start = time.perf_counter() + warmup
-    stop = start + duration
-    await asyncio.gather(
-        *(
-            _client(i, host, port, factory, start, stop, latencies, statuses, errors, check)
-            for i in range(concurrency)
-        )
+    run = _Run(host, port, factory, start, start + duration, check)
+    clients = [_Client(run, i) for i in range(concurrency)]
+    run.running.update(clients)
+    for client in clients:
+        run.reconnect(client)
+    await run.all_done
+    return LoadResult(
+        len(run.latencies), duration, run.latencies, run.statuses, run.failed, run.answered
     )
-    return LoadResult(len(latencies), duration, latencies, statuses, errors[0], errors[1])
 
 
 def run_load(
