@@ -1,4 +1,4 @@
-"""A small closed-loop HTTP/1.1 load generator on asyncio streams (keep-alive, no client library).
+"""A small closed-loop HTTP/1.1 load generator on asyncio protocols (keep-alive, no client library).
 
 Each of `concurrency` clients holds one keep-alive connection and sends its next request as soon
 as the previous answer is read, for `duration` seconds. Latency is measured per request from the
