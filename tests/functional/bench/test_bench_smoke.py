@@ -37,7 +37,8 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     written = json.loads(Path(result["json_path"]).read_text())
     assert written["stores"].keys() == {"sqlite"}
     config = written["stores"]["sqlite"]["configurations"]["sqlite"]
-    for scenario in ("provider_direct", "invoke", "replay", "catalog", "receipts"):
+    scenarios = ("provider_direct", "invoke", "replay_provider_direct", "replay", "catalog")
+    for scenario in (*scenarios, "receipts"):
         assert set(MEASURES) <= config[scenario].keys(), scenario
         assert config[scenario]["requests"] > 0, scenario
     # every counted invoke was answered 200 (fresh keys), every replay too (same stored answer)
@@ -68,10 +69,16 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     assert config["leanest_cpu_ms"] == config["leanest"]["cpu_ms_per_request"] > 0
     assert config["one_client"]["leanest"]["requests"] > 0
     assert "leanest_added_p50_ms" in config
+    # the replay ratios divide by the lean provider alone measured right before the replays
+    # (0505); the quotient over the first provider-alone measurement stays in the result
+    again = config["replay_provider_direct"]["rate"]
     assert config["leanest_replay_ratio"] == pytest.approx(
-        config["leanest_replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
+        config["leanest_replay"]["rate"] / again, rel=1e-2, abs=5e-4
     )
     assert config["replay_ratio"] == pytest.approx(
+        config["replay"]["rate"] / again, rel=1e-2, abs=5e-4
+    )
+    assert config["replay_ratio_first_base"] == pytest.approx(
         config["replay"]["rate"] / config["provider_direct"]["rate"], rel=1e-2, abs=5e-4
     )
 

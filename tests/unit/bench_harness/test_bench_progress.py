@@ -23,7 +23,7 @@ def test_a_run_counts_its_measurements_per_store_and_twice_that_with_growth(
 ) -> None:
     _main, harness = bench
     per_run = harness.MEASUREMENTS_PER_RUN
-    assert per_run == 14  # the lean provider, invoke, the floors, the SDK pair, one client x3, …
+    assert per_run == 15  # the lean provider, invoke, the floors, the SDK pair, one client x3, …
     assert harness.measurements(harness.Options(stores=("sqlite",))) == per_run
     both = harness.Options(stores=("sqlite", "postgresql"), growth=True)
     assert harness.measurements(both) == 4 * per_run
