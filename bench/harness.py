@@ -647,12 +647,20 @@ def ledger_check(runtime: Any, env: dict[str, str], target: Target) -> dict[str,
             or 0
         )
         # The calls of this run left unfinished, to be looked up in the processes' logs by
-        # their request ids (kept with the work directory when the check fails).
+        # their request ids (kept with the work directory when the check fails); the key names
+        # the measurement that sent it (`invoke_factory`: its tag, client and number), and so
+        # the process: the leanest path (tag suffix `l`, `l1`) keeps no request id.
         unsettled = [
-            {"id": id_, "state": state, "settlement": settlement, "request_id": request_id}
-            for id_, state, settlement, request_id in session.execute(
+            {
+                "id": id_,
+                "state": state,
+                "settlement": settlement,
+                "request_id": request_id,
+                "idempotency_key": key,
+            }
+            for id_, state, settlement, request_id, key in session.execute(
                 text(
-                    "SELECT id, state, settlement, request_id FROM invocations "
+                    "SELECT id, state, settlement, request_id, idempotency_key FROM invocations "
                     "WHERE idempotency_key NOT LIKE 'prior-%' "
                     "AND settlement NOT IN ('SETTLED', 'RELEASED') ORDER BY id LIMIT 5"
                 )

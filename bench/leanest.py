@@ -133,6 +133,29 @@ class Statement:
 # --- the app --------------------------------------------------------------------------------
 
 
+def provider_session(timeout: float) -> Any:
+    """The provider calls' aiohttp session: the product's connector settings
+    (`mercato.dispatch.async_client`), bar its SSRF resolver (the bench provider is a loopback
+    literal, which aiohttp dials directly). Its keep-alive is the product's too, under the
+    provider's own 5 s: a call sent on a connection the provider was closing at that moment
+    was reset unanswered and left DISPATCHING, answered 202 (decision 0500)."""
+    import aiohttp
+
+    from mercato.dispatch.async_client import KEEPALIVE_SECONDS
+
+    connector = aiohttp.TCPConnector(
+        use_dns_cache=False, limit=100, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        trust_env=False,
+        raise_for_status=False,
+        timeout=aiohttp.ClientTimeout(total=timeout),
+    )
+
+
 class Leanest:
     """The raw ASGI app; the store is set up on lifespan startup, in the worker's own loop."""
 
@@ -169,8 +192,6 @@ class Leanest:
                     return
 
     async def start(self) -> None:
-        import aiohttp
-
         from mercato.invocations.service import fingerprint_of
         from mercato.settings import load_settings
 
@@ -183,19 +204,7 @@ class Leanest:
         else:
             dsn = "postgresql://" + url.split("://", 1)[1]
             self.store = await PostgresStore.open(dsn, POOL_SIZE)
-        # The product's connector settings (mercato.dispatch.async_client), bar its SSRF
-        # resolver: the bench provider is a loopback literal, which aiohttp dials directly.
-        connector = aiohttp.TCPConnector(
-            use_dns_cache=False, limit=100, limit_per_host=0, keepalive_timeout=5.0
-        )
-        self.http = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            trust_env=False,
-            raise_for_status=False,
-            timeout=aiohttp.ClientTimeout(total=float(settings.provider_timeout_seconds)),
-        )
+        self.http = provider_session(float(settings.provider_timeout_seconds))
 
     async def stop(self) -> None:
         if self.http is not None:

@@ -69,7 +69,7 @@ from mercato.protocol import (
 from mercato.providers.schemas import DispatchTarget
 from mercato.settings import Settings
 
-__all__ = ["AsyncProviderClient", "AsyncResolver", "GuardedResolver"]
+__all__ = ["KEEPALIVE_SECONDS", "AsyncProviderClient", "AsyncResolver", "GuardedResolver"]
 
 AsyncResolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """An awaited name lookup: every A and AAAA address of (host, port), in order."""
@@ -80,6 +80,14 @@ _HEADERS: Final = {
     "User-Agent": f"mercato (aiohttp/{aiohttp.__version__})",
 }
 _MAX_CACHED_URLS = 4096
+KEEPALIVE_SECONDS: Final = 4.0
+"""How long an idle pooled connection is kept for another call: under the 5 s after which
+uvicorn (the provider SDK's server, and FastAPI's usual one), Node and Apache close an idle
+keep-alive connection. Kept for 5 s as well, a connection idle for just under 5 s by the pool's
+clock was reused as the provider's own timer closed it, the call reset unanswered: an unknown
+outcome, answered 202 and left for reconciliation, though the provider never saw the call
+(decision 0500). The pool drops it first, so such a race needs the loop to stall for a second
+between taking the connection and writing the call."""
 
 
 async def system_lookup(host: str, port: int) -> list[str]:
@@ -170,7 +178,7 @@ class AsyncProviderClient:
             use_dns_cache=False,
             limit=self._max_connections,
             limit_per_host=0,
-            keepalive_timeout=5.0,
+            keepalive_timeout=KEEPALIVE_SECONDS,
             ssl=self._ssl,  # True: the system's trust store, host names verified
         )
         self._session = aiohttp.ClientSession(

@@ -362,6 +362,40 @@ def test_one_client_reuses_its_connection_and_never_returns_a_cookie(tmp_path: P
     assert all(b"\r\ncookie:" not in head for head in heads), heads
 
 
+@pytest.mark.parametrize(
+    ("idle", "connections"), [(3.9, 1), (4.99, 2)], ids=["reused", "dropped-before-5s"]
+)
+def test_an_idle_connection_is_dropped_before_a_provider_would_close_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, idle: float, connections: int
+) -> None:
+    """uvicorn (like Node and Apache) closes a keep-alive connection after 5 s idle. A call sent
+    on it as the provider closes it is reset unanswered: an unknown outcome (a 202 and a
+    reconciliation for a call the provider never saw, decision 0500). So the pool reuses a
+    connection only while it has been idle well under those 5 s, and dials a new one after.
+    The pool's own clock (aiohttp's) is moved by hand: no waiting."""
+    clock = [1000.0]
+    monkeypatch.setattr(aiohttp.connector, "monotonic", lambda: clock[0])
+
+    async def two(client: AsyncProviderClient, url: str) -> list[int | None]:
+        statuses = []
+        for n in range(2):
+            answer = await client.execute(
+                target(url),
+                idempotency_key=f"k-{n}",
+                payload_bytes=b'{"n":1}',
+                response_max_bytes=1024,
+                timeout=5,
+            )
+            statuses.append(answer.status)
+            clock[0] += idle
+        return statuses
+
+    with listener(_keep_alive) as provider:
+        statuses = run(lambda: once(settings(tmp_path), lambda c: two(c, provider.url)))
+        assert provider.count() == connections
+    assert statuses == [200, 200]
+
+
 def test_a_closed_client_refuses_calls(tmp_path: Path) -> None:
     async def scenario() -> None:
         client = AsyncProviderClient(settings(tmp_path))
