@@ -57,6 +57,7 @@ from mercato.dispatch.transport import (
     ERROR_REDIRECT,
     ERROR_TIMEOUT,
     ERROR_TOO_LARGE,
+    KEEPALIVE_SECONDS,
     RawAnswer,
 )
 from mercato.protocol import (
@@ -80,14 +81,6 @@ _HEADERS: Final = {
     "User-Agent": f"mercato (aiohttp/{aiohttp.__version__})",
 }
 _MAX_CACHED_URLS = 4096
-KEEPALIVE_SECONDS: Final = 4.0
-"""How long an idle pooled connection is kept for another call: under the 5 s after which
-uvicorn (the provider SDK's server, and FastAPI's usual one), Node and Apache close an idle
-keep-alive connection. Kept for 5 s as well, a connection idle for just under 5 s by the pool's
-clock was reused as the provider's own timer closed it, the call reset unanswered: an unknown
-outcome, answered 202 and left for reconciliation, though the provider never saw the call
-(decision 0500). The pool drops it first, so such a race needs the loop to stall for a second
-between taking the connection and writing the call."""
 
 
 async def system_lookup(host: str, port: int) -> list[str]:

@@ -6,7 +6,7 @@ import functools
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import httpcore
 import httpx
@@ -20,6 +20,15 @@ ERROR_READ = "read"
 ERROR_TOO_LARGE = "too_large"
 ERROR_REDIRECT = "redirect"
 ERROR_BLOCKED = "blocked_address"
+KEEPALIVE_SECONDS: Final = 4.0
+"""How long an idle pooled connection is kept for another call, by both provider clients (this
+sync one and `async_client`'s): under the 5 s after which uvicorn (the provider SDK's server,
+and FastAPI's usual one), Node and Apache close an idle keep-alive connection. Kept for 5 s as
+well, a connection idle for just under 5 s by the pool's clock was reused as the provider's own
+timer closed it, the call reset unanswered: on the invoke path an unknown outcome, answered 202
+and left for reconciliation, though the provider never saw the call (decision 0500). The pool
+drops it first, so such a race needs the process to stall for a second between taking the
+connection and writing the call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +127,9 @@ class GuardedTransport(httpx.HTTPTransport):
         # Every connection may stay open for reuse: a process makes up to one provider call per
         # request thread at once, and a connection closed after each call would be opened again
         # (socket, resolution, address checks) for the next.
-        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        limits = limits or httpx.Limits(
+            max_connections=100, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_SECONDS
+        )
         ssl_context = ssl_context or default_ssl_context()
         super().__init__(verify=ssl_context, trust_env=False, limits=limits)
         # httpx 0.28 builds `_pool` in __init__ with no way to pass a network backend; replace it

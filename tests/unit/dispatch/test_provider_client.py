@@ -8,7 +8,9 @@ import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpcore._sync.http11
 import pytest
 
 from builders.listeners import Listener, listener, read_request, respond
@@ -247,3 +249,38 @@ def test_credential_never_reaches_answers_or_logs(
     assert SECRET not in repr(target("http://x"))
     assert caplog.records, "debug logging was captured"
     assert SECRET not in caplog.text
+
+
+def _keep_alive(conn: socket.socket, _state: Listener) -> None:
+    """Answer every request on the connection until the client closes it."""
+    envelope = b'{"outcome":"SUCCEEDED","correlationId":"j1","result":{}}'
+    while read_request(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(envelope), envelope))
+
+
+@pytest.mark.parametrize(
+    ("idle", "connections"), [(3.9, 1), (4.99, 2)], ids=["reused", "dropped-before-5s"]
+)
+def test_an_idle_connection_is_dropped_before_a_provider_would_close_it(
+    client: ProviderClient, monkeypatch: pytest.MonkeyPatch, idle: float, connections: int
+) -> None:
+    """The sync client (conformance checks, artifact pulls) keeps the async one's rule
+    (decision 0500): a connection idle for 5 s is one uvicorn, Node or Apache closes, and a
+    call written to it as it closes is reset unanswered; the pool reuses a connection only
+    while it has been idle well under that. httpcore's own clock is moved by hand."""
+    clock = [1000.0]
+    monkeypatch.setattr(httpcore._sync.http11, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    with listener(_keep_alive) as provider:
+        statuses = []
+        for n in range(2):
+            answer = client.execute(
+                target(provider.url),
+                idempotency_key=f"k-{n}",
+                payload_bytes=b"{}",
+                response_max_bytes=1024,
+                timeout=5,
+            )
+            statuses.append(answer.status)
+            clock[0] += idle
+        assert provider.count() == connections
+    assert statuses == [200, 200]
