@@ -59,6 +59,17 @@ def respond(raw: bytes) -> Script:
     return script
 
 
+def keep_alive(raw: bytes) -> Script:
+    """A script that answers every request on the connection with `raw`, until the client
+    closes it (a keep-alive server)."""
+
+    def script(conn: socket.socket, _listener: Listener) -> None:
+        while read_request(conn):
+            conn.sendall(raw)
+
+    return script
+
+
 @contextmanager
 def listener(script: Script) -> Iterator[Listener]:
     """Listen on a free port; every accepted socket is counted and handed to `script`."""

@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import socket
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from builders.listeners import Listener, listener, read_request
+from builders.listeners import keep_alive, listener
 
 ROOT = Path(__file__).parents[3]
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
 
-def _keep_alive(conn: socket.socket, _state: Listener) -> None:
-    """Answer every request on the connection until the client closes it."""
-    while read_request(conn):
-        conn.sendall(ANSWER)
+_keep_alive = keep_alive(ANSWER)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from builders.event_loops import run_on_fresh_loop
-from builders.listeners import Listener, listener, read_request, respond
+from builders.listeners import Listener, keep_alive, listener, read_request, respond
 from mercato.dispatch.async_client import AsyncProviderClient, GuardedResolver
 from mercato.dispatch.client import ArtifactFetchError, ProviderClient, RawAnswer
 from mercato.dispatch.guard import BlockedAddress
@@ -99,12 +99,10 @@ def _hang_up(conn: socket.socket, _state: Listener) -> None:
     read_request(conn)
 
 
-def _keep_alive(conn: socket.socket, _state: Listener) -> None:
-    """Answer every request on the connection until the client closes it."""
-    while True:
-        if not read_request(conn):
-            return
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ENVELOPE), ENVELOPE))
+_keep_alive = keep_alive(
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ENVELOPE), ENVELOPE)
+)
+"""Answer every request on the connection until the client closes it."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import httpcore._sync.http11
 import pytest
 
-from builders.listeners import Listener, listener, read_request, respond
+from builders.listeners import Listener, keep_alive, listener, read_request, respond
 from mercato.dispatch.client import ArtifactFetchError, ProviderClient, RawAnswer
 from mercato.providers.schemas import DispatchTarget
 from mercato.settings import Settings
@@ -251,11 +251,10 @@ def test_credential_never_reaches_answers_or_logs(
     assert SECRET not in caplog.text
 
 
-def _keep_alive(conn: socket.socket, _state: Listener) -> None:
-    """Answer every request on the connection until the client closes it."""
-    envelope = b'{"outcome":"SUCCEEDED","correlationId":"j1","result":{}}'
-    while read_request(conn):
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(envelope), envelope))
+_ENVELOPE = b'{"outcome":"SUCCEEDED","correlationId":"j1","result":{}}'
+_keep_alive = keep_alive(
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(_ENVELOPE), _ENVELOPE)
+)
 
 
 @pytest.mark.parametrize(
