@@ -147,6 +147,7 @@ def measure(
                         [
                             options.py_spy,
                             "record",
+                            "--subprocesses",  # serve --workers N: the workers, not the supervisor
                             "-p",
                             str(child.pid),
                             "-r",
