@@ -174,8 +174,9 @@ class _Pool:
 
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`). Without a driver connection
-    (a read unit's, `_ReadUnit`), it takes one from the loop's pool at its first statement and
-    keeps it to the unit's end."""
+    (a read unit's, `_ReadUnit`), it takes one from the loop's pool at its first statement
+    that is not a grouped read (decision 0501: a grouped read goes with the loop's others,
+    `aio_reads`) and keeps it to the unit's end."""
 
     __slots__ = ("_conn", "_db", "_pool", "_unit", "served")
 
@@ -192,13 +193,17 @@ class _Connection:
     def refused(self) -> bool:
         return self._unit.refused
 
+    async def _take(self) -> None:
+        """Take a connection from the loop's pool; the unit's end gives it back."""
+        pool = self._db._pool()
+        self._conn = await pool.acquire()
+        self._pool = pool  # only once taken: the unit's end gives back what it holds
+
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)
-        if self._conn is None:
-            pool = self._db._pool()
-            self._conn = await pool.acquire()
-            self._pool = pool  # only once taken: the unit's end gives back what it holds
         if isinstance(op, Run):
+            if self._conn is None:
+                await self._take()
             try:
                 return await self._run(op)
             except guarded.Refused:
@@ -208,12 +213,19 @@ class _Connection:
         params = op.params
         prepared, extracted = statements.prepare(op.statement, params)
         if params is not None and not isinstance(params, Mapping):
+            if self._conn is None:
+                await self._take()
             return await self._many(prepared, extracted, params)
         sql, values = prepared.bind(params, extracted)
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
         if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
-            return await read_group().fetch(self._conn, prepared, values)
+            # With the others of the loop; a unit that holds no connection yet takes none for
+            # it (decision 0501): the batch runs on a reader's, or on one of its own.
+            pool = self._pool or self._db._pool()
+            return await read_group().fetch(self._conn, prepared, values, pool)
+        if self._conn is None:
+            await self._take()
         try:
             records = await self._conn.fetch(sql, *values)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
@@ -578,7 +590,8 @@ class _ReadUnit:
     no generator and no `contextmanager` objects to make and step through per unit (a replay
     is one read unit; decision 0430). The driver connection is taken from the pool at the
     unit's first statement (`_Connection`): a unit that reads nothing (a warm invoke's, served
-    from memory: decision 0400) takes none (decision 0461)."""
+    from memory: decision 0400) takes none (decision 0461), nor does one whose reads are all
+    grouped (a replay's: decision 0501)."""
 
     __slots__ = ("_db", "_token", "_unit")
 

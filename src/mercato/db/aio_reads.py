@@ -1,27 +1,35 @@
 """Reads that wait together go together: one round trip for the concurrent replays of a loop
-(PostgreSQL, issue 20, decision 0450).
+(PostgreSQL, issue 20, decisions 0450 and 0501).
 
 A replay is one read statement (decision 0420), and under load most of its PostgreSQL cost is
 the round trip, not the statement: per replay the backend woke up, parsed a Bind, Execute and
 Sync, ran the plan and answered, and serve's asyncpg wrote one message and read one answer.
-So a statement marked `grouped` is not sent at once from a read unit's connection: the loop
-collects every such read that is asked for before it next runs its callbacks, and one task
-sends them as ONE asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync) on the
-connection of the first of them, whose unit is waiting for the answer and uses it for nothing
-else meanwhile. No connection is taken from the pool for it (a read unit waiting for a second
-connection while holding one could wait for ever). Each execution echoes its place in the batch
-(`SLOT`, a column the statement reads back from its own parameter), so its rows go to its
-reader whatever they are: none, one or several, and the same parameters twice are two reads.
+So a statement marked `grouped` is not sent at once from a read unit: the loop collects every
+such read that is asked for before it next runs its callbacks, and one task sends them as ONE
+asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync). Each execution echoes
+its place in the batch (`SLOT`, a column the statement reads back from its own parameter), so
+its rows go to its reader whatever they are: none, one or several, and the same parameters
+twice are two reads. Reads go together only with reads of the same pool (the same database).
+
+Which connection a batch runs on (decision 0501): a read unit takes a connection at its first
+statement (decision 0461), except when that statement is a grouped read: it then holds none,
+and its read goes to the batch without one (a replay's read unit never takes a connection: no
+pool slot, no wait for one, nothing to give back). A batch runs on the connection of the first
+of its readers that holds one (whose unit waits for the answer and uses it for nothing else
+meanwhile), else on a connection the batch takes from the pool for its round trip and gives
+back. That cannot wait for ever: a unit that holds a connection and reads grouped is a holder
+in its own batch, so a batch that takes one never waits on a unit that waits on it.
 
 What a reader gets is what its statement alone would have read at some instant after it asked:
 the executions run in autocommit, one after another, each under its own snapshot (READ
 COMMITTED takes one per statement), in one implicit transaction that writes nothing. A reader
-alone in its batch runs its statement as before. When the batch fails for any reason (the
-server's error, the connection broken because the first reader was cancelled and its unit
-discarded the connection), each reader runs its statement again alone, on its own connection,
-and gets its own answer or error, exactly as without grouping; a reader cancelled before its
-batch ran is left out of it. Only read units group: a statement in a transaction runs on its
-own connection, inside its transaction (`aio_postgres`).
+alone in its batch runs its statement alone (on its own connection, or on one taken for it).
+When the batch fails for any reason (the server's error, the connection broken because the
+reader holding it was cancelled and its unit discarded the connection, no connection to be
+had), each reader runs its statement again alone, on its own connection (one taken for it when
+it holds none), and gets its own answer or error, exactly as without grouping; a reader
+cancelled before its batch ran is left out of it. Only read units group: a statement in a
+transaction runs on its own connection, inside its transaction (`aio_postgres`).
 
 Two other shapes were measured and dropped (decision 0450): the first reader sending the batch
 itself, in its own coroutine (no task: serve's CPU per replay 157-175 against 133-158 µs this
@@ -33,7 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy import Integer, Select, bindparam
@@ -48,6 +57,8 @@ SLOT = "read_slot"
 (any integer when the statement runs alone, as on SQLite or a sync Session)."""
 GROUP_MAX = 64
 """At most this many reads in one round trip."""
+
+T = TypeVar("T")
 
 
 def grouped(statement: Select[Any]) -> Select[Any]:
@@ -64,12 +75,27 @@ def is_grouped(statement: Any) -> bool:
 
 
 class _Read:
-    __slots__ = ("conn", "future", "values")
+    __slots__ = ("conn", "future", "pool", "values")
 
-    def __init__(self, conn: Any, values: list[Any], future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, conn: Any, values: list[Any], future: asyncio.Future[Any], pool: Pool | None
+    ) -> None:
         self.conn = conn
+        """The reader's own connection, or None (its unit holds none: decision 0501)."""
         self.values = values
         self.future = future
+        self.pool = pool
+        """Where a connection is taken for a reader that holds none."""
+
+
+class Pool(Protocol):
+    """What a batch needs of the loop's pool (`aio_postgres._Pool`)."""
+
+    async def acquire(self) -> Any: ...
+
+    def release(self, conn: Any, healthy: bool) -> None: ...
+
+    async def alone(self, work: Callable[[Any], Awaitable[T]]) -> T: ...
 
 
 _GROUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadGroup] = (
@@ -91,21 +117,28 @@ class ReadGroup:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: dict[str, tuple[Prepared, list[_Read]]] = {}
+        self._waiting: dict[tuple[Pool | None, str], tuple[Prepared, list[_Read]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.batches = 0
         """How many round trips went with more than one read (for tests)."""
 
-    async def fetch(self, conn: Any, prepared: Prepared, values: list[Any]) -> list[Any]:
-        """The rows (processed, `Prepared.row`) of `prepared` with `values`, read on `conn`
-        (asyncpg, idle in autocommit: its unit waits for this) or with other reads."""
+    async def fetch(
+        self, conn: Any, prepared: Prepared, values: list[Any], pool: Pool | None = None
+    ) -> list[Any]:
+        """The rows (processed, `Prepared.row`) of `prepared` with `values`, read with other
+        reads of `pool`: on `conn` (asyncpg, idle in autocommit: its unit waits for this) or,
+        when it is None, on a connection of the batch's (taken from `pool`, which is then
+        required)."""
+        if conn is None and pool is None:
+            raise ValueError("a reader without a connection needs the pool to take one from")
         future: asyncio.Future[list[Any]] = self._loop.create_future()
         if not self._waiting:
             self._loop.call_soon(self._flush)
-        entry = self._waiting.get(prepared.sql)
+        key = (pool, prepared.sql)
+        entry = self._waiting.get(key)
         if entry is None:
-            entry = self._waiting[prepared.sql] = (prepared, [])
-        entry[1].append(_Read(conn, values, future))
+            entry = self._waiting[key] = (prepared, [])
+        entry[1].append(_Read(conn, values, future, pool))
         return await future
 
     def _flush(self) -> None:
@@ -123,6 +156,36 @@ class ReadGroup:
             return
         if not live:
             return
+        try:
+            together = await self._together(prepared, live)
+        except BaseException as error:  # this task itself cancelled: the loop is ending
+            fail_waiting(live, error)
+            raise
+        if not together:  # nothing was written: each reads again alone (see the module)
+            for read in live:
+                await _alone(prepared, read)
+
+    async def _together(self, prepared: Prepared, live: list[_Read]) -> bool:
+        """Read `live` in one round trip, on a reader's connection or else on one taken for
+        the batch (given back before this returns); False when that failed (no answer given)."""
+        for read in live:
+            if read.conn is not None:
+                return await self._fetch(prepared, live, read.conn)
+        pool = live[0].pool
+        assert pool is not None  # `fetch` refuses a reader with neither
+        try:
+            conn = await pool.acquire()
+        except Exception:  # no connection to be had: each tries alone, for its own error
+            return False
+        healthy = False
+        try:
+            together = await self._fetch(prepared, live, conn)
+            healthy = True  # an error of the server leaves an autocommit connection fit
+            return together
+        finally:
+            pool.release(conn, healthy)
+
+    async def _fetch(self, prepared: Prepared, live: list[_Read], conn: Any) -> bool:
         slot = _slot_position(prepared)
         args = []
         for index, read in enumerate(live):
@@ -130,14 +193,9 @@ class ReadGroup:
             values[slot] = index
             args.append(values)
         try:
-            records = await live[0].conn.fetchmany(prepared.sql, args)
-        except Exception:  # nothing was written: each reads again alone (see the module)
-            for read in live:
-                await _alone(prepared, read)
-            return
-        except BaseException as error:  # this task itself cancelled: the loop is ending
-            fail_waiting(live, error)
-            raise
+            records = await conn.fetchmany(prepared.sql, args)
+        except Exception:
+            return False
         self.batches += 1
         rows: list[list[Any]] = [[] for _ in live]
         row = prepared.row
@@ -146,6 +204,7 @@ class ReadGroup:
         for read, found in zip(live, rows, strict=True):
             if not read.future.done():
                 read.future.set_result(found)
+        return True
 
 
 _SLOTS: weakref.WeakKeyDictionary[Prepared, int] = weakref.WeakKeyDictionary()
@@ -160,11 +219,17 @@ def _slot_position(prepared: Prepared) -> int:
 
 
 async def _alone(prepared: Prepared, read: _Read) -> None:
-    """One read on its own connection, as a read unit runs any statement."""
+    """One read on its own connection (one taken for it when it holds none), as a read unit
+    runs any statement."""
     if read.future.done():
         return
     try:
-        records = await read.conn.fetch(prepared.sql, *read.values)
+        if read.conn is not None:
+            records = await read.conn.fetch(prepared.sql, *read.values)
+        else:
+            assert read.pool is not None  # `fetch` refuses a reader with neither
+            sql, values = prepared.sql, read.values
+            records = await read.pool.alone(lambda conn: conn.fetch(sql, *values))
     except Exception as error:
         fail_waiting([read], _driver_error(error, prepared.sql))
         return

@@ -1,5 +1,7 @@
-"""Grouped reads (decision 0450): the reads of a `grouped` statement that concurrent read units
-ask for together go in one round trip on PostgreSQL, on the connection of the first of them;
+"""Grouped reads (decisions 0450, 0501): the reads of a `grouped` statement that concurrent read
+units ask for together go in one round trip on PostgreSQL, on the connection of a reader that
+holds one, else on one the batch takes (a unit whose first statement is a grouped read holds
+none);
 every reader gets exactly the rows its statement alone reads (none, one, several; the same
 parameters twice are two reads). A statement in a transaction is never grouped: it runs on its
 unit's own connection, inside its transaction. On SQLite every read runs alone, same answers."""
@@ -16,7 +18,8 @@ from sqlalchemy import Table, bindparam, func, select
 from builders.accounts import make_account
 from builders.event_loops import run_on_fresh_loop
 from mercato.accounts.models import Account
-from mercato.db.aio_reads import SLOT, grouped, read_group
+from mercato.db.aio_postgres import PostgresDatabase
+from mercato.db.aio_reads import GROUP_MAX, SLOT, grouped, read_group
 from mercato.db.plans import Rows
 from mercato.db.runtime import Runtime
 
@@ -125,3 +128,59 @@ def test_on_sqlite_a_grouped_first_read_runs_alone_and_the_unit_begins_at_its_ne
         return len(first), len(second), len(third), len(again) == 3
 
     assert run_on_fresh_loop(scenario()) == (1, 2, 2, True)
+
+
+async def _backend(adb: PostgresDatabase) -> int:
+    async with adb.read() as conn:
+        rows = await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+    return int(rows[0][0])
+
+
+@pytest.mark.postgres_only
+def test_read_units_that_only_read_grouped_take_no_connection(runtime: Runtime) -> None:
+    """Decision 0501: with ONE connection in the pool, six units whose one statement is a
+    grouped read go together in one round trip, on a connection their batch takes; before,
+    each unit took the connection in turn and read alone."""
+    adb = PostgresDatabase(runtime.db, max_size=1)
+
+    async def scenario() -> tuple[list[int], int]:
+        pids = await asyncio.wait_for(asyncio.gather(*(_backend(adb) for _ in range(6))), 30)
+        return list(pids), read_group().batches
+
+    pids, batches = run_on_fresh_loop(scenario())
+
+    assert len(set(pids)) == 1 and batches == 1
+
+
+@pytest.mark.postgres_only
+def test_a_batch_that_takes_a_connection_never_waits_on_its_holder(runtime: Runtime) -> None:
+    """ONE connection, held by a unit that reads grouped at the same turn as 70 units holding
+    none: they go in two batches (at most 64 reads in one), the first without a holder, so it
+    waits for the connection, the second on the holder's. The holder's read is in the second,
+    its unit ends, and the first batch gets the connection: nothing waits for ever."""
+    adb = PostgresDatabase(runtime.db, max_size=1)
+    readers = GROUP_MAX + 6
+
+    async def scenario() -> tuple[int, list[int], int]:
+        holding, go = asyncio.Event(), asyncio.Event()
+
+        async def holder() -> tuple[int, int]:
+            async with adb.read() as conn:
+                own = (await conn.execute(Rows(_BACKEND)))[0][0]  # takes the one connection
+                holding.set()
+                await go.wait()
+                grouped_pid = (await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0})))[0][0]
+            return int(own), int(grouped_pid)
+
+        held = asyncio.ensure_future(holder())
+        await holding.wait()
+        others = [asyncio.ensure_future(_backend(adb)) for _ in range(readers)]
+        go.set()  # the holder asks for its read after the others, at the same turn
+        (own, grouped_pid), *pids = await asyncio.wait_for(asyncio.gather(held, *others), 30)
+        assert grouped_pid == own
+        return own, list(pids), read_group().batches
+
+    own, pids, batches = run_on_fresh_loop(scenario())
+
+    assert len(pids) == readers and set(pids) == {own}  # the pool's one connection
+    assert batches == 2

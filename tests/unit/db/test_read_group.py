@@ -103,3 +103,136 @@ def test_a_reader_cancelled_before_its_batch_is_left_out() -> None:
 
     assert asyncio.run(scenario()) == [(2, 0)]
     assert leader.calls == [] and other.calls == ["fetch"]
+
+
+class _Pool:
+    """A loop's pool, scripted (`aio_reads.Pool`): hands out `conns` in turn, records what is
+    given back."""
+
+    def __init__(self, *conns: _Conn) -> None:
+        self.conns = list(conns)
+        self.released: list[tuple[str, bool]] = []
+
+    async def acquire(self) -> _Conn:
+        return self.conns.pop(0)
+
+    def release(self, conn: _Conn, healthy: bool) -> None:
+        self.released.append((conn.name, healthy))
+
+    async def alone(self, work: Any) -> Any:
+        conn = await self.acquire()
+        try:
+            return await work(conn)
+        finally:
+            self.release(conn, True)
+
+
+def test_readers_without_a_connection_go_together_on_one_the_batch_takes() -> None:
+    """Decision 0501: a read unit whose first statement is a grouped read holds no connection;
+    its batch takes one from the pool for its round trip and gives it back."""
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    taken = _Conn("taken")
+    pool = _Pool(taken)
+
+    async def scenario() -> tuple[list[Any], int]:
+        group = read_group()
+        answers = await asyncio.gather(
+            *(group.fetch(None, prepared, _values(prepared, n), pool) for n in (4, 5, 6))
+        )
+        return list(answers), group.batches
+
+    answers, batches = asyncio.run(scenario())
+
+    assert answers == [[(4, 0)], [(5, 1)], [(6, 2)]]
+    assert batches == 1 and taken.calls == ["fetchmany"]
+    assert pool.released == [("taken", True)] and pool.conns == []
+
+
+def test_a_reader_holding_a_connection_carries_the_others() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    holder = _Conn("holder")
+    pool = _Pool(_Conn("never"))
+
+    async def scenario() -> list[Any]:
+        group = read_group()
+        return list(
+            await asyncio.gather(
+                group.fetch(None, prepared, _values(prepared, 1), pool),
+                group.fetch(holder, prepared, _values(prepared, 2), pool),
+            )
+        )
+
+    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 1)]]
+    assert holder.calls == ["fetchmany"]
+    assert pool.released == [] and [c.name for c in pool.conns] == ["never"]  # nothing taken
+
+
+def test_a_failed_batch_without_a_holder_reads_again_each_on_a_connection_of_its_own() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    broken, first, second = _Conn("broken", broken=True), _Conn("first"), _Conn("second")
+    pool = _Pool(broken, first, second)
+
+    async def scenario() -> list[Any]:
+        group = read_group()
+        return list(
+            await asyncio.gather(
+                group.fetch(None, prepared, _values(prepared, 1), pool),
+                group.fetch(None, prepared, _values(prepared, 2), pool),
+            )
+        )
+
+    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 0)]]
+    assert broken.calls == ["fetchmany"] and first.calls == ["fetch"] == second.calls
+    # The batch's connection is given back before the readers read again (a pool of one
+    # connection would otherwise wait for ever); the pool discards it if it is closed.
+    assert pool.released == [("broken", True), ("first", True), ("second", True)]
+
+
+def test_no_connection_to_be_had_gives_each_reader_its_own_error() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+
+    class _Down(_Pool):
+        async def acquire(self) -> _Conn:
+            raise DBAPIError("connect", None, OSError("refused"))
+
+    pool = _Down()
+
+    async def scenario() -> list[Any]:
+        group = read_group()
+        reads = [group.fetch(None, prepared, _values(prepared, n), pool) for n in (1, 2)]
+        return list(await asyncio.gather(*reads, return_exceptions=True))
+
+    first, second = asyncio.run(scenario())
+    assert isinstance(first, DBAPIError) and isinstance(second, DBAPIError)
+    assert first is not second
+
+
+def test_reads_of_two_pools_never_go_together() -> None:
+    """Two databases on one loop (two runtimes): the same statement read from each goes to
+    its own database."""
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    one, two = _Conn("one"), _Conn("two")
+    pool_one, pool_two = _Pool(one), _Pool(two)
+
+    async def scenario() -> list[Any]:
+        group = read_group()
+        return list(
+            await asyncio.gather(
+                group.fetch(one, prepared, _values(prepared, 1), pool_one),
+                group.fetch(two, prepared, _values(prepared, 2), pool_two),
+                group.fetch(None, prepared, _values(prepared, 3), pool_two),
+            )
+        )
+
+    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 0)], [(3, 1)]]
+    assert one.calls == ["fetch"] and two.calls == ["fetchmany"]
+
+
+def test_a_reader_with_neither_a_connection_nor_a_pool_is_refused() -> None:
+    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+
+    async def scenario() -> None:
+        await read_group().fetch(None, prepared, _values(prepared, 1))
+
+    with pytest.raises(ValueError, match="needs the pool"):
+        asyncio.run(scenario())
