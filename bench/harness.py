@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +66,13 @@ class Options:
     """Called as each measurement starts, with what it measures (a progress bar's hook)."""
 
 
-MEASUREMENTS_PER_RUN = 15
-"""How many times `run_scenarios(..., full=True)` calls `step`."""
+REPLAY_ROUNDS = 3
+"""The replay ratio's rounds: each the lean provider alone then the platform's replays, for
+`duration / REPLAY_ROUNDS` seconds each, so that drift in the machine hits both sides (0507)."""
+
+MEASUREMENTS_PER_RUN = 13 + 2 * REPLAY_ROUNDS
+"""How many times `run_scenarios(..., full=True)` calls `step` (each replay round's two windows
+are a step each)."""
 
 
 def measurements(options: Options) -> int:
@@ -297,18 +302,95 @@ def _tree_cpu_seconds(pid: int, *, system_only: bool = False) -> float:
     return total
 
 
-def measured(pid: int, load: Callable[[], LoadResult]) -> dict[str, Any]:
-    """Run `load` and add the CPU milliseconds the server process tree spent per request."""
+Window = tuple[LoadResult, float | None]
+"""One measured load and the CPU seconds the measured server's process tree spent during it
+(None when no process was named)."""
+
+
+def measure_window(pid: int, load: Callable[[], LoadResult]) -> Window:
+    """Run `load`, with the CPU seconds the process tree of `pid` spent meanwhile."""
     before = _tree_cpu_seconds(pid) if pid else 0.0
     result = load()
-    spent = _tree_cpu_seconds(pid) - before if pid else 0.0
+    return result, (_tree_cpu_seconds(pid) - before if pid else None)
+
+
+def summarised(result: LoadResult, cpu_seconds: float | None) -> dict[str, Any]:
+    """`result`'s summary, with the CPU milliseconds the server process tree spent per answer."""
     summary = result.summary()
     summary["cpu_ms_per_request"] = (
-        round(1000 * spent / result.answered, 3) if pid and result.answered else None
+        round(1000 * cpu_seconds / result.answered, 3)
+        if cpu_seconds is not None and result.answered
+        else None
     )
     summary["_rate"] = result.rate
     summary["_p50"] = result.percentile(50)
     return summary
+
+
+def measured(pid: int, load: Callable[[], LoadResult]) -> dict[str, Any]:
+    """Run `load` and add the CPU milliseconds the server process tree spent per request."""
+    return summarised(*measure_window(pid, load))
+
+
+def merge_windows(windows: Sequence[Window]) -> Window:
+    """Several windows of one load as one: requests, seconds, answers (warm-up included),
+    errors, statuses, the generator's CPU and the server tree's CPU summed, the latency samples
+    pooled. Its rate is then the total requests over the total seconds, its percentiles are over
+    every sample, and its CPU per request is the CPU summed over the answers summed. The server's
+    CPU is None if any window has none."""
+    results = [result for result, _ in windows]
+    statuses: Counter[int] = Counter()
+    for result in results:
+        statuses.update(result.statuses)
+    merged = LoadResult(
+        requests=sum(result.requests for result in results),
+        seconds=sum(result.seconds for result in results),
+        latencies_ms=[sample for result in results for sample in result.latencies_ms],
+        statuses=statuses,
+        errors=sum(result.errors for result in results),
+        answered=sum(result.answered for result in results),
+        client_cpu_seconds=sum(result.client_cpu_seconds for result in results),
+    )
+    spent = [cpu for _, cpu in windows]
+    return merged, (None if any(cpu is None for cpu in spent) else sum(cpu or 0.0 for cpu in spent))
+
+
+@dataclass
+class Alternated:
+    """Two loads measured in alternated windows (`alternate`)."""
+
+    base: dict[str, Any]  # the first load, its windows merged (`summarised`)
+    measured: dict[str, Any]  # the second load, its windows merged
+    rounds: list[dict[str, float]]  # each round's two rates: {"provider": …, "replays": …}
+    ratio: float | None  # measured's rate over base's: total over total seconds, each side
+
+
+def alternate(
+    base: Callable[[int, float], Window],
+    measure: Callable[[int, float], Window],
+    *,
+    rounds: int,
+    seconds: float,
+) -> Alternated:
+    """`rounds` rounds, each `base(round, seconds / rounds)` immediately followed by
+    `measure(round, seconds / rounds)`; each side's windows merged (`merge_windows`), and the
+    ratio of their merged rates. Whatever slows or speeds the machine within the run falls on
+    both sides alike (0507), where one window of each, one after the other, would put the drift
+    between them into the quotient."""
+    each = seconds / rounds
+    base_windows: list[Window] = []
+    measured_windows: list[Window] = []
+    shown: list[dict[str, float]] = []
+    for index in range(rounds):
+        alone = base(index, each)
+        base_windows.append(alone)
+        got = measure(index, each)
+        measured_windows.append(got)
+        shown.append({"provider": round(alone[0].rate, 1), "replays": round(got[0].rate, 1)})
+    merged_base = summarised(*merge_windows(base_windows))
+    merged = summarised(*merge_windows(measured_windows))
+    ratio = round(merged["_rate"] / merged_base["_rate"], 4) if merged_base["_rate"] else None
+    return Alternated(merged_base, merged, shown, ratio)
 
 
 # --- scenarios ---------------------------------------------------------------------------
@@ -444,21 +526,26 @@ def run_scenarios(
 ) -> dict[str, Any]:
     """The lean provider alone, then the platform calling it, with the same load; then the SDK
     provider alone and through the platform (the second line); then the lean provider alone
-    again and, right after it, replays (their ratio's denominator, 0505); catalog, receipts.
-    `step(label)` is called as each measurement starts."""
+    and replays in alternated windows (the replay ratio's two sides, 0505, 0507); catalog,
+    receipts. `step(label)` is called as each measurement starts."""
     out: dict[str, Any] = {}
     provider, platform = target.provider_pid, target.platform_pid
 
-    def direct(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
-        step(f"{tag}: the {'SDK' if sdk else 'lean'} provider alone, {clients} client(s)")
+    def direct_window(
+        clients: int, seconds: float, suffix: str, *, sdk: bool = False, label: str = ""
+    ) -> Window:
+        step(f"{tag}: {label}the {'SDK' if sdk else 'lean'} provider alone, {clients} client(s)")
         factory = direct_factory(target, tag + suffix)
         url, pid = (
             (target.sdk_provider, target.sdk_provider_pid) if sdk else (target.provider, provider)
         )
-        return measured(
+        return measure_window(
             pid,
             lambda: run_load(url, factory, concurrency=clients, duration=seconds),
         )
+
+    def direct(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
+        return summarised(*direct_window(clients, seconds, suffix, sdk=sdk))
 
     def invokes(clients: int, seconds: float, suffix: str, *, sdk: bool = False) -> dict[str, Any]:
         path = SDK_INVOKE_PATH if sdk else INVOKE_PATH
@@ -470,12 +557,17 @@ def run_scenarios(
             ),
         )
 
-    def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
-        step(f"{tag}: reads, {clients} client(s)")
-        return measured(
+    def reads_window(
+        factory: RequestFactory, clients: int, seconds: float, *, label: str = "reads"
+    ) -> Window:
+        step(f"{tag}: {label}, {clients} client(s)")
+        return measure_window(
             platform,
             lambda: run_load(target.platform, factory, concurrency=clients, duration=seconds),
         )
+
+    def reads(factory: RequestFactory, clients: int, seconds: float) -> dict[str, Any]:
+        return summarised(*reads_window(factory, clients, seconds))
 
     base = direct(concurrency, duration, "")
     out["provider_direct"] = base
@@ -554,23 +646,37 @@ def run_scenarios(
             timeout=30,
         )
         target.invoke_answers[first.status_code] += 1
-        # The replay ratio's denominator: the lean provider alone again, measured right before
-        # the replays (fresh keys, suffix "r"), not `base`, taken minutes earlier: on a shared
-        # machine the provider's own rate drifts between the two by more than replays move
-        # (0505). The quotient over `base` stays in the result as `replay_ratio_first_base`.
-        replay_base = direct(concurrency, duration, "r")
-        out["replay_provider_direct"] = replay_base
-        out["replay"] = reads(replay_factory(target, replay_key), concurrency, duration)
-        out["replay_ratio"] = (
-            round(out["replay"]["_rate"] / replay_base["_rate"], 4)
-            if replay_base["_rate"]
-            else None
+        # The replay ratio's two sides, measured in alternated windows: REPLAY_ROUNDS rounds of
+        # the lean provider alone (fresh keys, suffix "r1", "r2", …) immediately followed by the
+        # replays, `duration / REPLAY_ROUNDS` seconds each; each side is its windows merged, so
+        # drift in the machine falls on both (0507). Not `base`, taken minutes earlier (0505):
+        # the quotient over it stays in the result as `replay_ratio_first_base`.
+        replays = replay_factory(target, replay_key)
+
+        def round_label(index: int) -> str:
+            return f"replay round {index + 1}/{REPLAY_ROUNDS}: "
+
+        alternated = alternate(
+            lambda index, seconds: direct_window(
+                concurrency, seconds, f"r{index + 1}", label=round_label(index)
+            ),
+            lambda index, seconds: reads_window(
+                replays, concurrency, seconds, label=round_label(index) + "replays"
+            ),
+            rounds=REPLAY_ROUNDS,
+            seconds=duration,
         )
+        replay_base = alternated.base
+        out["replay_provider_direct"] = replay_base
+        out["replay"] = alternated.measured
+        out["replay_rounds"] = alternated.rounds
+        out["replay_ratio"] = alternated.ratio
         out["replay_ratio_first_base"] = (
             round(out["replay"]["_rate"] / base["_rate"], 4) if base["_rate"] else None
         )
         if target.leanest:
-            # the same replay key: its stored answer, read from the same store
+            # the same replay key: its stored answer, read from the same store; one window after
+            # the rounds, over the provider alone merged from them (0507)
             step(f"{tag}: leanest-path replays, {concurrency} client(s)")
             out["leanest_replay"] = measured(
                 target.leanest_pid,
@@ -1032,9 +1138,12 @@ def ledger_line(ledger: dict[str, Any]) -> str:
 
 
 REPLAY_RATIO_NOTE = (
-    "replay ×'s denominator: the lean provider alone measured again immediately before the "
-    "replays (JSON replay_provider_direct), not the 'provider alone/s' column measured minutes "
-    "earlier; replays over that first measurement: JSON replay_ratio_first_base (0505)"
+    f"replay ×: replays/s over the lean provider alone/s, both measured in {REPLAY_ROUNDS} "
+    "alternated rounds (the provider alone, then the replays, each for a share of the duration), "
+    "each side's total over its summed seconds (JSON replay_provider_direct, replay, "
+    "replay_rounds), not over the 'provider alone/s' column measured minutes earlier; replays "
+    "over that first measurement: JSON replay_ratio_first_base; the leanest path's replays: one "
+    "window after the rounds, over the same provider rate (0505, 0507)"
 )
 """The table's footnote saying what the replay ratio divides by."""
 
@@ -1173,9 +1282,13 @@ def table(result: dict[str, Any]) -> str:
             )
             again = c.get("replay_provider_direct")
             if again and c.get("replay_ratio_first_base") is not None:
+                rounds = " ".join(
+                    f"{r['provider']:.0f}/{r['replays']:.0f}" for r in c.get("replay_rounds", [])
+                )
                 lines.append(
-                    f"{name}: replay × divides by the provider alone right before the replays, "
-                    f"{again['rate']:.0f}/s (first measurement {c['provider_direct']['rate']:.0f}"
+                    f"{name}: replay × divides by the provider alone in windows alternated with "
+                    f"the replays, {again['rate']:.0f}/s (rounds, provider/replays per s: "
+                    f"{rounds or '-'}; first measurement {c['provider_direct']['rate']:.0f}"
                     f"/s; replays over it {c['replay_ratio_first_base']:.2f}×)"
                 )
     return "\n".join(lines)

@@ -69,8 +69,16 @@ def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> No
     assert config["leanest_cpu_ms"] == config["leanest"]["cpu_ms_per_request"] > 0
     assert config["one_client"]["leanest"]["requests"] > 0
     assert "leanest_added_p50_ms" in config
-    # the replay ratios divide by the lean provider alone measured right before the replays
-    # (0505); the quotient over the first provider-alone measurement stays in the result
+    # the replay ratios divide by the lean provider alone measured in windows alternated with
+    # the replays (0505, 0507): REPLAY_ROUNDS rounds of equal windows, so each side's merged
+    # rate is the mean of its rounds' rates; the quotient over the first provider-alone
+    # measurement stays in the result
+    rounds = config["replay_rounds"]
+    assert len(rounds) == 3 and all(r["provider"] > 0 and r["replays"] > 0 for r in rounds)
+    for side, scenario in (("provider", "replay_provider_direct"), ("replays", "replay")):
+        assert config[scenario]["rate"] == pytest.approx(
+            sum(r[side] for r in rounds) / len(rounds), rel=1e-2, abs=0.2
+        )
     again = config["replay_provider_direct"]["rate"]
     assert config["leanest_replay_ratio"] == pytest.approx(
         config["leanest_replay"]["rate"] / again, rel=1e-2, abs=5e-4

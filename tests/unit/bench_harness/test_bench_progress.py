@@ -23,7 +23,9 @@ def test_a_run_counts_its_measurements_per_store_and_twice_that_with_growth(
 ) -> None:
     _main, harness = bench
     per_run = harness.MEASUREMENTS_PER_RUN
-    assert per_run == 15  # the lean provider, invoke, the floors, the SDK pair, one client x3, …
+    # the lean provider, invoke, the floors, the SDK pair, one client x3, each replay round's
+    # two windows, the leanest path's replays, catalog, receipts x2
+    assert per_run == 13 + 2 * harness.REPLAY_ROUNDS == 19
     assert harness.measurements(harness.Options(stores=("sqlite",))) == per_run
     both = harness.Options(stores=("sqlite", "postgresql"), growth=True)
     assert harness.measurements(both) == 4 * per_run

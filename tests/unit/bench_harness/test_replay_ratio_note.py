@@ -1,7 +1,7 @@
-"""The benchmark's table says what its replay ratio divides by (decision 0505): the lean provider
-alone measured again right before the replays, not the provider-alone column measured minutes
-earlier; and it prints both rates and the quotient over the first one, so the change hides
-nothing."""
+"""The benchmark's table says what its replay ratio divides by (decisions 0505, 0507): the lean
+provider alone measured in windows alternated with the replays, not the provider-alone column
+measured minutes earlier; and it prints both rates, each round's, and the quotient over the first
+one, so the change hides nothing."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def test_the_table_names_the_replay_ratios_denominator_and_keeps_the_first_quoti
         "replay_provider_direct": _summary(6646.0),
         "replay": _summary(6000.0),
         "replay_ratio": 0.9028,
+        "replay_rounds": [
+            {"provider": 6153.0, "replays": 5600.0},
+            {"provider": 3593.4, "replays": 3300.0},
+            {"provider": 6800.0, "replays": 6100.0},
+        ],
         "replay_ratio_first_base": 1.1394,
         "receipts": _summary(900.0),
         "receipts_depth": {"pages": 50, "first_ms": 1.0, "median_ms": 1.0, "last_ms": 1.0},
@@ -41,9 +46,12 @@ def test_the_table_names_the_replay_ratios_denominator_and_keeps_the_first_quoti
     assert harness.REPLAY_RATIO_NOTE in shown.splitlines()
     assert "replay_provider_direct" in harness.REPLAY_RATIO_NOTE
     assert "replay_ratio_first_base" in harness.REPLAY_RATIO_NOTE
+    assert "replay_rounds" in harness.REPLAY_RATIO_NOTE
+    assert f"{harness.REPLAY_ROUNDS} alternated rounds" in harness.REPLAY_RATIO_NOTE
     row = shown.splitlines()[2].split()
-    assert "0.90" in row and "1.14" not in row  # the replay × column: the back-to-back quotient
+    assert "0.90" in row and "1.14" not in row  # the replay × column: the alternated quotient
     assert (
-        "sqlite: replay × divides by the provider alone right before the replays, 6646/s "
-        "(first measurement 5266/s; replays over it 1.14×)"
+        "sqlite: replay × divides by the provider alone in windows alternated with the replays, "
+        "6646/s (rounds, provider/replays per s: 6153/5600 3593/3300 6800/6100; "
+        "first measurement 5266/s; replays over it 1.14×)"
     ) in shown.splitlines()
