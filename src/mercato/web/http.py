@@ -24,6 +24,7 @@ And it checks a response's header names and values once per answer, not once per
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, cast
@@ -125,7 +126,8 @@ class CheckedOnceCycle(RequestResponseCycle):
     headers that are not bytes), the headers are checked one by one as uvicorn checks them,
     raising its error for the header it names first. Everything else is uvicorn 0.54's `send`
     line for line (a test pins its source), so the bytes written, the errors and the cycle's
-    state are the same."""
+    state are the same, but for one guard: the access line's fields are worked out only when
+    the access logger would write it (decision 0502)."""
 
     async def send(self, message: ASGISendEvent) -> None:
         if self.flow.write_paused and not self.disconnected:
@@ -154,7 +156,11 @@ class CheckedOnceCycle(RequestResponseCycle):
             except Exception:
                 checked = False
 
-            if self.access_log:
+            # The access line's fields only when the line would be written: `mercato serve`
+            # routes uvicorn's access logger to the root handler at WARNING (`core.logs`), so
+            # `hasHandlers()` (uvicorn's `access_log`) is true and the line is always dropped,
+            # after its client address and its path quoted with urllib (decision 0502).
+            if self.access_log and self.access_logger.isEnabledFor(logging.INFO):
                 self.access_logger.info(
                     '%s - "%s %s HTTP/%s" %d',
                     get_client_addr(self.scope),

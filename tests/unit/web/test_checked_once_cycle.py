@@ -242,3 +242,42 @@ def test_a_deletion_finds_what_the_search_finds(data: bytes) -> None:
     for pattern, refused in ((HEADER_RE, _NAME_REFUSED), (HEADER_VALUE_RE, _VALUE_REFUSED)):
         found = pattern.search(data) is not None
         assert found == (len(data.translate(None, refused)) != len(data))
+
+
+def _answer_logged(kind: type[RequestResponseCycle], level: int) -> list[str]:
+    """The access lines written for a plain answer (which must end without an error)."""
+    access = logging.getLogger("test.cycle.access")
+    lines: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = _Keep()
+    access.addHandler(handler)
+    access.setLevel(level)
+    try:
+        seen = _outcome(kind, [_start([(b"content-length", b"2")]), _body(b"ok")], access_log=True)
+        assert [error for error, *_ in seen] == [None, None]
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(logging.NOTSET)
+    return lines
+
+
+def test_the_access_line_is_uvicorns_when_its_logger_writes_it() -> None:
+    ours = _answer_logged(CheckedOnceCycle, logging.INFO)
+    assert ours == _answer_logged(RequestResponseCycle, logging.INFO)
+    assert ours == ['127.0.0.1:1 - "GET /x HTTP/1.1" 200']
+
+
+def test_a_dropped_access_line_costs_no_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision 0502: serve's access logger is at WARNING (core.logs), its line always dropped;
+    its client address and quoted path are not worked out for nothing."""
+
+    def refuse(_scope: Any) -> str:
+        raise AssertionError("an access-line field worked out for a dropped line")
+
+    monkeypatch.setattr("mercato.web.http.get_path_with_query_string", refuse)
+    monkeypatch.setattr("mercato.web.http.get_client_addr", refuse)
+    assert _answer_logged(CheckedOnceCycle, logging.WARNING) == []
