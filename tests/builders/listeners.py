@@ -1,10 +1,12 @@
-"""Raw TCP listeners on 127.0.0.1 that count accepted sockets and answer with scripted bytes."""
+"""Raw TCP listeners on 127.0.0.1 that count accepted sockets and answer with scripted bytes,
+and asyncio servers on a loop in a thread of their own (`asyncio_server`)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
@@ -109,3 +111,50 @@ def listener(script: Script) -> Iterator[Listener]:
             socket.create_connection(("127.0.0.1", state.port), timeout=1).close()
         thread.join(timeout=5)
         server.close()
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_http(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP/1.1 request read whole: its head and a Content-Length body (raises
+    `asyncio.IncompleteReadError` when the client closes first)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + await reader.readexactly(length)
+
+
+@contextmanager
+def asyncio_server(handle: Handler) -> Iterator[str]:
+    """An asyncio server on a loopback port, on a loop in a thread of its own, each connection
+    served by `handle`; yields its URL and stops it (and its thread) at the block's end."""
+    ready = threading.Event()
+    stop: list[Callable[[], object]] = []
+    port: list[int] = []
+
+    def serve() -> None:
+        loop = asyncio.new_event_loop()
+
+        async def main() -> None:
+            listening = await asyncio.start_server(handle, "127.0.0.1", 0)
+            port.append(listening.sockets[0].getsockname()[1])
+            done = asyncio.Event()
+            stop.append(lambda: loop.call_soon_threadsafe(done.set))
+            ready.set()
+            await done.wait()
+            listening.close()
+
+        loop.run_until_complete(main())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port[0]}"
+    finally:
+        stop[0]()
+        thread.join(10)

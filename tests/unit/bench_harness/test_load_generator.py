@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from builders.listeners import asyncio_server, read_http
 
 ROOT = Path(__file__).parents[3]
 
@@ -35,20 +36,12 @@ def server(answer: Answer) -> Iterator[tuple[str, list[bytes]]]:
     """An HTTP/1.1 server on a loopback port that answers each request with `answer`; yields
     its URL and the requests it read whole (head and body)."""
     seen: list[bytes] = []
-    ready = threading.Event()
-    stop: list[Callable[[], None]] = []
-    port: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         n = 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                request = head + await reader.readexactly(length)
+                request = await read_http(reader)
                 seen.append(request)
                 parts = answer(request, n)
                 n += 1
@@ -64,29 +57,8 @@ def server(answer: Answer) -> Iterator[tuple[str, list[bytes]]]:
             pass
         writer.close()
 
-    def serve() -> None:
-        loop = asyncio.new_event_loop()
-
-        async def main() -> None:
-            listening = await asyncio.start_server(handle, "127.0.0.1", 0)
-            port.append(listening.sockets[0].getsockname()[1])
-            done = asyncio.Event()
-            stop.append(lambda: loop.call_soon_threadsafe(done.set))
-            ready.set()
-            await done.wait()
-            listening.close()
-
-        loop.run_until_complete(main())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield f"http://127.0.0.1:{port[0]}", seen
-    finally:
-        stop[0]()
-        thread.join(10)
+    with asyncio_server(handle) as url:
+        yield url, seen
 
 
 def _factory(client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:

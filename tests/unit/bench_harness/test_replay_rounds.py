@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from builders.listeners import asyncio_server, read_http
 
 ROOT = Path(__file__).parents[3]
 
@@ -177,19 +178,11 @@ def test_a_provider_that_answers_nothing_gives_no_ratio(harness: ModuleType) -> 
 def server(name: str, arrivals: list[str]) -> Iterator[str]:
     """An HTTP/1.1 server on a loopback port answering every request 200 `{}`, appending `name`
     to `arrivals` as each request is read whole; yields its URL."""
-    ready = threading.Event()
-    stop: list[Callable[[], object]] = []
-    port: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
+                await read_http(reader)
                 arrivals.append(name)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
                 await writer.drain()
@@ -197,29 +190,8 @@ def server(name: str, arrivals: list[str]) -> Iterator[str]:
             pass
         writer.close()
 
-    def serve() -> None:
-        loop = asyncio.new_event_loop()
-
-        async def main() -> None:
-            listening = await asyncio.start_server(handle, "127.0.0.1", 0)
-            port.append(listening.sockets[0].getsockname()[1])
-            done = asyncio.Event()
-            stop.append(lambda: loop.call_soon_threadsafe(done.set))
-            ready.set()
-            await done.wait()
-            listening.close()
-
-        loop.run_until_complete(main())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield f"http://127.0.0.1:{port[0]}"
-    finally:
-        stop[0]()
-        thread.join(10)
+    with asyncio_server(handle) as url:
+        yield url
 
 
 def _post(_client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:

@@ -127,21 +127,27 @@ class _Pool:
             self.release(conn, True)
 
 
-def test_readers_without_a_connection_go_together_on_one_the_batch_takes() -> None:
-    """Decision 0501: a read unit whose first statement is a grouped read holds no connection;
-    its batch takes one from the pool for its round trip and gives it back."""
+def _together(*reads: tuple[_Conn | None, int, _Pool]) -> tuple[list[Any], int]:
+    """Each read (its connection or None, its `n`, its pool) asked for at the same turn: the
+    answers (an error as its answer) and how many round trips carried more than one read."""
     prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
-    taken = _Conn("taken")
-    pool = _Pool(taken)
 
     async def scenario() -> tuple[list[Any], int]:
         group = read_group()
-        answers = await asyncio.gather(
-            *(group.fetch(None, prepared, _values(prepared, n), pool) for n in (4, 5, 6))
-        )
+        asked = (group.fetch(conn, prepared, _values(prepared, n), pool) for conn, n, pool in reads)
+        answers = await asyncio.gather(*asked, return_exceptions=True)
         return list(answers), group.batches
 
-    answers, batches = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_readers_without_a_connection_go_together_on_one_the_batch_takes() -> None:
+    """Decision 0501: a read unit whose first statement is a grouped read holds no connection;
+    its batch takes one from the pool for its round trip and gives it back."""
+    taken = _Conn("taken")
+    pool = _Pool(taken)
+
+    answers, batches = _together((None, 4, pool), (None, 5, pool), (None, 6, pool))
 
     assert answers == [[(4, 0)], [(5, 1)], [(6, 2)]]
     assert batches == 1 and taken.calls == ["fetchmany"]
@@ -149,39 +155,23 @@ def test_readers_without_a_connection_go_together_on_one_the_batch_takes() -> No
 
 
 def test_a_reader_holding_a_connection_carries_the_others() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     holder = _Conn("holder")
     pool = _Pool(_Conn("never"))
 
-    async def scenario() -> list[Any]:
-        group = read_group()
-        return list(
-            await asyncio.gather(
-                group.fetch(None, prepared, _values(prepared, 1), pool),
-                group.fetch(holder, prepared, _values(prepared, 2), pool),
-            )
-        )
+    answers, _ = _together((None, 1, pool), (holder, 2, pool))
 
-    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 1)]]
+    assert answers == [[(1, 0)], [(2, 1)]]
     assert holder.calls == ["fetchmany"]
     assert pool.released == [] and [c.name for c in pool.conns] == ["never"]  # nothing taken
 
 
 def test_a_failed_batch_without_a_holder_reads_again_each_on_a_connection_of_its_own() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     broken, first, second = _Conn("broken", broken=True), _Conn("first"), _Conn("second")
     pool = _Pool(broken, first, second)
 
-    async def scenario() -> list[Any]:
-        group = read_group()
-        return list(
-            await asyncio.gather(
-                group.fetch(None, prepared, _values(prepared, 1), pool),
-                group.fetch(None, prepared, _values(prepared, 2), pool),
-            )
-        )
+    answers, _ = _together((None, 1, pool), (None, 2, pool))
 
-    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 0)]]
+    assert answers == [[(1, 0)], [(2, 0)]]
     assert broken.calls == ["fetchmany"] and first.calls == ["fetch"] == second.calls
     # The batch's connection is given back before the readers read again (a pool of one
     # connection would otherwise wait for ever); the pool discards it if it is closed.
@@ -189,20 +179,14 @@ def test_a_failed_batch_without_a_holder_reads_again_each_on_a_connection_of_its
 
 
 def test_no_connection_to_be_had_gives_each_reader_its_own_error() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
-
     class _Down(_Pool):
         async def acquire(self) -> _Conn:
             raise DBAPIError("connect", None, OSError("refused"))
 
     pool = _Down()
 
-    async def scenario() -> list[Any]:
-        group = read_group()
-        reads = [group.fetch(None, prepared, _values(prepared, n), pool) for n in (1, 2)]
-        return list(await asyncio.gather(*reads, return_exceptions=True))
+    (first, second), _ = _together((None, 1, pool), (None, 2, pool))
 
-    first, second = asyncio.run(scenario())
     assert isinstance(first, DBAPIError) and isinstance(second, DBAPIError)
     assert first is not second
 
@@ -210,21 +194,12 @@ def test_no_connection_to_be_had_gives_each_reader_its_own_error() -> None:
 def test_reads_of_two_pools_never_go_together() -> None:
     """Two databases on one loop (two runtimes): the same statement read from each goes to
     its own database."""
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     one, two = _Conn("one"), _Conn("two")
     pool_one, pool_two = _Pool(one), _Pool(two)
 
-    async def scenario() -> list[Any]:
-        group = read_group()
-        return list(
-            await asyncio.gather(
-                group.fetch(one, prepared, _values(prepared, 1), pool_one),
-                group.fetch(two, prepared, _values(prepared, 2), pool_two),
-                group.fetch(None, prepared, _values(prepared, 3), pool_two),
-            )
-        )
+    answers, _ = _together((one, 1, pool_one), (two, 2, pool_two), (None, 3, pool_two))
 
-    assert asyncio.run(scenario()) == [[(1, 0)], [(2, 0)], [(3, 1)]]
+    assert answers == [[(1, 0)], [(2, 0)], [(3, 1)]]
     assert one.calls == ["fetch"] and two.calls == ["fetchmany"]
 
 
