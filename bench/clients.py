@@ -90,7 +90,8 @@ async def _httpcore(url: str, credential: str) -> tuple[Send, Callable[[], Await
     target = url + "/v1/executions"
 
     async def send(key: str, body: bytes) -> int:
-        answer = await pool.request("POST", target, headers=_headers(credential, key), content=body)
+        headers = list(_headers(credential, key).items())
+        answer = await pool.request("POST", target, headers=headers, content=body)
         return answer.status
 
     return send, pool.aclose

@@ -14,6 +14,7 @@ every accepted call settled exactly once, or the run fails (`LedgerCheckFailed`)
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import secrets
@@ -598,8 +599,13 @@ def run_scenarios(
         step(f"{tag}: {label}, {concurrency} client(s)")
         got = measured(
             pid,
-            lambda url=url, suffix=suffix: invoke_load(
-                target, tag + suffix, concurrency=concurrency, duration=duration, url=url
+            functools.partial(
+                invoke_load,
+                target,
+                tag + suffix,
+                concurrency=concurrency,
+                duration=duration,
+                url=url,
             ),
         )
         out[name] = got

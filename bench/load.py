@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -316,6 +316,7 @@ def run_load(
     """
     hostport = url.removeprefix("http://").rstrip("/")
     host, _, port = hostport.partition(":")
+    runner: Callable[[Coroutine[Any, Any, LoadResult]], LoadResult]
     try:
         import uvloop
 

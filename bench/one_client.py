@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import subprocess
@@ -203,7 +204,7 @@ def run_paired(store: str, options: argparse.Namespace, workdir: Path) -> list[d
             stack.callback(child.wait, 60)
             stack.callback(child.terminate)
             url = f"http://{HOST}:{port}"
-            wait_until(lambda url=url, child=child: _live(url, child), "serve", timeout=120)
+            wait_until(functools.partial(_live, url, child), "serve", timeout=120)
             urls.append(url)
         for url in urls:
             run_load(url, invoke_factory(runner, f"w-{url[-5:]}"), concurrency=2, duration=2.0)
