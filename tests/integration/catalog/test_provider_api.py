@@ -19,9 +19,12 @@ from builders.providers import CREDENTIAL, Faults, RunningProvider, reference_pr
 from mercato.catalog import lifecycle
 from mercato.catalog.examples import example_contract as packaged_contract
 from mercato.catalog.models import Version, VersionTransition
+from mercato.conformance.flows import change_connection
 from mercato.db.runtime import Runtime
+from mercato.providers import service as providers
 
 PROVIDER, OTHER, STAFF = "provider@example.com", "other@example.com", "staff@example.com"
+STAFF_PROVIDER = "staff-provider@example.com"  # staff who also run a listing of their own
 CONTRACT = example_contract(artifactContract=None)
 
 
@@ -41,12 +44,19 @@ class Api:
         assert made.status_code == 201, made.text
         return str(made.json()["connectionId"])
 
-    def draft(self, connection_id: str, *, code: str = "acme.tool", version: str = "v1") -> str:
-        if self.call(PROVIDER, "GET", f"/v1/provider/listings/{code}/versions").status_code == 404:
+    def draft(
+        self,
+        connection_id: str,
+        *,
+        code: str = "acme.tool",
+        version: str = "v1",
+        who: str = PROVIDER,
+    ) -> str:
+        if self.call(who, "GET", f"/v1/provider/listings/{code}/versions").status_code == 404:
             listing = {"serviceCode": code, "displayName": "Tool", "description": "A tool."}
-            assert self.call(PROVIDER, "POST", "/v1/provider/listings", listing).status_code == 201
+            assert self.call(who, "POST", "/v1/provider/listings", listing).status_code == 201
         body = {"version": version, "connectionId": connection_id, "price": 7, "contract": CONTRACT}
-        made = self.call(PROVIDER, "POST", f"/v1/provider/listings/{code}/versions", body)
+        made = self.call(who, "POST", f"/v1/provider/listings/{code}/versions", body)
         assert made.status_code == 201, made.text
         assert made.json()["state"] == "DRAFT"
         return str(made.json()["versionId"])
@@ -55,8 +65,22 @@ class Api:
         prefix = "/v1/provider/versions" if action == "submit" else "/v1/staff/versions"
         return self.call(who, "POST", f"{prefix}/{version_id}:{action}", body)
 
-    def version(self, version_id: str) -> dict[str, Any]:
-        got = self.call(PROVIDER, "GET", f"/v1/provider/versions/{version_id}")
+    def move(self, connection_id: str, base_url: str) -> None:
+        """The provider points its connection at another address (the platform re-checks it)."""
+        changed = change_connection(
+            self.runtime,
+            self.runtime.provider_client(),
+            connection_id=connection_id,
+            base_url=base_url,
+        )
+        assert changed.run is not None and changed.run.passed
+
+    def approved(self, connection_id: str) -> bool:
+        with self.runtime.db.read() as session:
+            return providers.is_approved(session, connection_id=connection_id)
+
+    def version(self, version_id: str, who: str = PROVIDER) -> dict[str, Any]:
+        got = self.call(who, "GET", f"/v1/provider/versions/{version_id}")
         assert got.status_code == 200, got.text
         document: dict[str, Any] = got.json()
         return document
@@ -79,7 +103,9 @@ def api(runtime: Runtime, client: TestClient) -> Iterator[Api]:
     make_account(runtime.db, PROVIDER)
     make_account(runtime.db, OTHER)
     make_account(runtime.db, STAFF, is_staff=True)
-    headers = {who: bearer(login(client, who)["accessToken"]) for who in (PROVIDER, OTHER, STAFF)}
+    make_account(runtime.db, STAFF_PROVIDER, is_staff=True)
+    everyone = (PROVIDER, OTHER, STAFF, STAFF_PROVIDER)
+    headers = {who: bearer(login(client, who)["accessToken"]) for who in everyone}
     with reference_provider() as provider:
         yield Api(client, runtime, provider, headers)
 
@@ -184,6 +210,79 @@ def test_review_needs_a_passing_latest_run_on_the_current_revision(api: Api) -> 
     refused = api.step(STAFF, version_id, "publish")
     assert (refused.status_code, refused.json()["code"]) == (409, "CONFORMANCE_NOT_PASSED")
     assert api.stored(version_id) == before
+
+
+def test_staff_never_review_or_publish_their_own_listing(api: Api) -> None:
+    connection_id = api.connect(STAFF_PROVIDER)
+    version_id = api.draft(connection_id, code="staff.tool", who=STAFF_PROVIDER)
+    assert api.step(STAFF_PROVIDER, version_id, "submit").status_code == 200
+    for action, body in [("approve", None), ("request-changes", {"reason": "fine by me"})]:
+        before = api.stored(version_id)
+        refused = api.step(STAFF_PROVIDER, version_id, action, body)
+        assert (refused.status_code, refused.json()["code"]) == (403, "SELF_REVIEW_FORBIDDEN")
+        assert api.stored(version_id) == before
+    assert not api.approved(connection_id)
+
+    # Another staff member reviews it; its owner still cannot publish it.
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    before = api.stored(version_id)
+    refused = api.step(STAFF_PROVIDER, version_id, "publish")
+    assert (refused.status_code, refused.json()["code"]) == (403, "SELF_REVIEW_FORBIDDEN")
+    assert api.stored(version_id) == before
+    assert api.client.get("/v1/catalog/listings/staff.tool/versions/v1").status_code == 404
+    assert api.step(STAFF, version_id, "publish").json()["state"] == "PUBLISHED"
+    steps = api.version(version_id, STAFF_PROVIDER)["transitions"]
+    assert [s["toState"] for s in steps] == ["DRAFT", "SUBMITTED", "APPROVED", "PUBLISHED"]
+
+
+def test_approval_covers_the_revision_the_version_was_submitted_with(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    first_run = api.step(PROVIDER, version_id, "submit").json()["submittedRunId"]
+    with reference_provider() as elsewhere:
+        # After submitting, the provider moves the connection and its new address passes.
+        api.move(connection_id, elsewhere.url)
+        before = api.stored(version_id)
+        refused = api.step(STAFF, version_id, "approve")
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert refused.json()["state"] == "SUBMITTED"
+        assert api.stored(version_id) == before and not api.approved(connection_id)
+
+        # Submitted again, the version is bound to the new address's run and can be approved.
+        again = api.step(PROVIDER, version_id, "submit")
+        assert again.status_code == 200 and again.json()["state"] == "SUBMITTED"
+        assert again.json()["submittedRunId"] not in (None, first_run)
+        assert api.step(STAFF, version_id, "approve").json()["state"] == "APPROVED"
+        assert api.approved(connection_id)
+    steps = api.version(version_id)["transitions"]
+    assert [(s["fromState"], s["toState"]) for s in steps] == [
+        (None, "DRAFT"),
+        ("DRAFT", "SUBMITTED"),
+        ("SUBMITTED", "SUBMITTED"),
+        ("SUBMITTED", "APPROVED"),
+    ]
+
+
+def test_an_approved_version_whose_connection_changed_is_not_published(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    with reference_provider() as elsewhere:
+        api.move(connection_id, elsewhere.url)
+        before = api.stored(version_id)
+        refused = api.step(STAFF, version_id, "publish")
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert refused.json()["state"] == "APPROVED"
+        assert api.stored(version_id) == before
+        # Publication did not approve the new address behind staff's back.
+        assert not api.approved(connection_id)
+        assert api.client.get("/v1/catalog/listings/acme.tool/versions/v1").status_code == 404
+
+        assert api.step(PROVIDER, version_id, "submit").json()["state"] == "SUBMITTED"
+        assert api.step(STAFF, version_id, "approve").status_code == 200
+        assert api.step(STAFF, version_id, "publish").json()["state"] == "PUBLISHED"
+        assert api.approved(connection_id)
 
 
 def test_changes_requested_edits_and_resubmission(api: Api) -> None:

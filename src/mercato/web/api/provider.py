@@ -26,6 +26,7 @@ from mercato.catalog.errors import (
     InvalidServiceCode,
     InvalidVersionLabel,
     ListingNotFound,
+    SelfReviewForbidden,
     ServiceCodeTaken,
     VersionImmutable,
     VersionNotFound,
@@ -74,7 +75,7 @@ _BODY = (RequestTooLarge,)  # bodies over the edge's cap (web/limits.py, decisio
 _STAFF = (*_SESSION, StaffRequired)
 _CONNECTION_INPUT = (InvalidConnection, ProviderAddressForbidden, ConnectionNameTaken)
 _VERSION_INPUT = (InvalidContract, InvalidPrice, InvalidVersionLabel, ConnectionNotFound)
-_REVIEW = (VersionNotFound, VersionStateConflict, ConformanceNotPassed)
+_REVIEW = (SelfReviewForbidden, VersionNotFound, VersionStateConflict, ConformanceNotPassed)
 
 
 # --- the contract's own schema -----------------------------------------------------------
@@ -350,6 +351,7 @@ def approve_version(version_id: str, request: Request, principal: StaffPrincipal
     response_model=VersionOut,
     **declare(
         *_STAFF,
+        SelfReviewForbidden,
         VersionNotFound,
         VersionStateConflict,
         InvalidReviewReason,
