@@ -342,7 +342,7 @@ def _reviewed(request: Request, version_id: str, step: Any, **kwargs: Any) -> Ve
     **declare(*_STAFF, *_REVIEW, path_params=True),
 )
 def approve_version(version_id: str, request: Request, principal: StaffPrincipal) -> VersionOut:
-    """SUBMITTED → APPROVED (its connection's current revision is approved with it)."""
+    """SUBMITTED → APPROVED (with the connection revision it was submitted with, still current)."""
     return _reviewed(request, version_id, lifecycle.approve, actor_id=principal.account_id)
 
 
