@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +13,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from builders.accounts import bearer, login, make_account, make_api_key
 from builders.catalog import example_contract, make_provider, publish
 from builders.providers import CREDENTIAL, Faults, RunningProvider, reference_provider
 from mercato.catalog import lifecycle
+from mercato.catalog.errors import VersionStateConflict
 from mercato.catalog.examples import example_contract as packaged_contract
 from mercato.catalog.models import Version, VersionTransition
 from mercato.conformance.flows import change_connection
@@ -261,6 +264,62 @@ def test_approval_covers_the_revision_the_version_was_submitted_with(api: Api) -
         ("SUBMITTED", "SUBMITTED"),
         ("SUBMITTED", "APPROVED"),
     ]
+
+
+def _until_waiting_on_a_lock(runtime: Runtime, thread: threading.Thread) -> None:
+    """On PostgreSQL, return once another backend waits on a row lock (the approval blocked
+    behind the open change); SQLite's writers are serialised at BEGIN IMMEDIATE instead."""
+    if runtime.db.engine.dialect.name != "postgresql":
+        return
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    deadline = time.monotonic() + 30
+    while thread.is_alive() and time.monotonic() < deadline:
+        with runtime.db.read() as session:
+            if session.execute(waiting).scalar_one():
+                return
+        time.sleep(0.01)
+    raise AssertionError("the approval never waited for the connection's row lock")
+
+
+def test_a_connection_changed_during_approval_is_never_approved(api: Api) -> None:
+    """Staff approve while the provider's change of the connection is not yet committed: the
+    approval waits for the connection's row and then refuses, never approving the old revision
+    the change is replacing nor the new one the version was not submitted with."""
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    staff_id = api.call(STAFF, "GET", "/v1/me").json()["accountId"]
+    outcome: list[str] = []
+
+    def approve() -> None:
+        try:
+            with api.runtime.db.transaction() as session:
+                lifecycle.approve(
+                    session, version_id=version_id, actor_id=staff_id, now=api.runtime.clock.now()
+                )
+            outcome.append("approved")
+        except VersionStateConflict:
+            outcome.append("conflict")
+        except Exception as error:  # any other end is the failure to report
+            outcome.append(repr(error))
+
+    staff = threading.Thread(target=approve)
+    with api.runtime.db.transaction() as session:
+        providers.update_connection(
+            session,
+            connection_id=connection_id,
+            settings=api.runtime.settings,
+            now=api.runtime.clock.now(),
+            name="renamed",
+        )
+        staff.start()
+        _until_waiting_on_a_lock(api.runtime, staff)
+    staff.join(timeout=60)
+    assert outcome == ["conflict"]
+    assert api.stored(version_id)[0] == "SUBMITTED" and not api.approved(connection_id)
 
 
 def test_an_approved_version_whose_connection_changed_is_not_published(api: Api) -> None:
