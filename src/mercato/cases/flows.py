@@ -2,7 +2,9 @@
 
 A submission is one transaction: replay by (account, Idempotency-Key) first, then the checks
 and the insert. Two concurrent submissions with one key race on the unique constraint; the
-loser's transaction rolls back and it answers as the winner's replay.
+loser's transaction rolls back and it answers as the winner's replay. Every submission, API or
+page, passes the one Idempotency-Key rule here first (DESIGN §3 step 2, §9; decision 0531): a
+missing or malformed key opens nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from mercato.cases import service as cases
 from mercato.cases.errors import DisputeAlreadyOpen
 from mercato.cases.schemas import CaseView, Decision, Kind, Submitted
 from mercato.db.runtime import Runtime
+from mercato.invocations import service as invocations
 
 log = logging.getLogger("mercato.cases")
 
@@ -33,6 +36,7 @@ def _submit(
     body: dict[str, object],
     create: Create,
 ) -> Submitted:
+    invocations.check_idempotency_key([idempotency_key])
     fingerprint = cases.fingerprint_of(kind, dict(body))
     for _ in range(2):
         try:

@@ -109,6 +109,13 @@ class VersionStateConflict(Conflict):
     title = "The version's state does not allow this"
 
 
+class SelfReviewForbidden(Forbidden):
+    """Staff reviewing or publishing a version of a listing their own account owns."""
+
+    code = "SELF_REVIEW_FORBIDDEN"
+    title = "Staff cannot review their own listing"
+
+
 class InvalidReviewReason(ValidationFailed):
     code = "INVALID_REVIEW_REASON"
     title = "A reason is required"

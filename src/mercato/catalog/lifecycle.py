@@ -4,6 +4,11 @@ DRAFT → SUBMITTED (bound to its connection's latest run) → APPROVED | CHANGE
 staff's reason) → PUBLISHED. An edit after submission returns a version to DRAFT (see
 `service.update_draft`). Every step is one `VersionTransition` row with its actor, time and
 reason. A refused step raises before anything is written.
+
+Review binds (DESIGN §7, decision 0530): staff never review or publish a version of a listing
+their own account owns, and approval and publication cover only the connection revision the
+submitted run checked; a connection changed since is a conflict until the provider submits the
+version again (which a SUBMITTED or APPROVED version on a stale revision may do).
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mercato.catalog.errors import InvalidReviewReason, VersionNotFound, VersionStateConflict
+from mercato.catalog.errors import (
+    InvalidReviewReason,
+    SelfReviewForbidden,
+    VersionNotFound,
+    VersionStateConflict,
+)
 from mercato.catalog.models import (
     APPROVED,
     CHANGES_REQUESTED,
@@ -117,6 +127,35 @@ def _require(row: Version, allowed: tuple[str, ...], step: str) -> None:
         )
 
 
+def _not_own(session: Session, row: Version, actor_id: str) -> Listing:
+    """The version's listing, when `actor_id` (staff) does not own it."""
+    listing = session.get(Listing, row.listing_id)
+    assert listing is not None  # a version's listing is never deleted
+    if listing.owner_id == actor_id:
+        raise SelfReviewForbidden(
+            "You own this listing: another staff member must review and publish its versions."
+        )
+    return listing
+
+
+def _connection_changed(session: Session, row: Version) -> bool:
+    """Whether the version's connection is no longer on the revision its submitted run checked
+    (the connection's row stays locked, so it cannot change before this transaction ends)."""
+    current = providers.locked_revision(session, connection_id=row.connection_id)
+    if row.submitted_run_id is None:
+        return True
+    return providers.run_revision(session, run_id=row.submitted_run_id) != current
+
+
+def _require_unchanged_connection(session: Session, row: Version, step: str) -> None:
+    if _connection_changed(session, row):
+        raise VersionStateConflict(
+            f"The connection of {row.label} changed after it was submitted; {step} needs the "
+            "provider to check the connection and submit the version again.",
+            state=row.state,
+        )
+
+
 def passing_run(session: Session, *, connection_id: str) -> RunView:
     """The connection's latest run, which must be on its current revision and pass all nine."""
     connection = providers.get_connection(session, connection_id=connection_id)
@@ -134,9 +173,12 @@ def passing_run(session: Session, *, connection_id: str) -> RunView:
 
 
 def submit(session: Session, *, version_id: str, actor_id: str, now: dt.datetime) -> Version:
-    """DRAFT (or CHANGES_REQUESTED) → SUBMITTED, bound to the connection's passing latest run."""
+    """DRAFT (or CHANGES_REQUESTED) → SUBMITTED, bound to the connection's passing latest run;
+    a SUBMITTED or APPROVED version whose connection changed since is submitted again."""
     row = _locked(session, version_id)
-    _require(row, SUBMITTABLE, "submitting")
+    resubmission = row.state in (SUBMITTED, APPROVED) and _connection_changed(session, row)
+    if not resubmission:
+        _require(row, SUBMITTABLE, "submitting")
     run = passing_run(session, connection_id=row.connection_id)
     record(
         session,
@@ -144,7 +186,9 @@ def submit(session: Session, *, version_id: str, actor_id: str, now: dt.datetime
         to_state=SUBMITTED,
         role="provider",
         actor_id=actor_id,
-        reason="submitted for review",
+        reason="submitted again: the connection changed"
+        if resubmission
+        else "submitted for review",
         run_id=run.run_id,
         now=now,
     )
@@ -154,9 +198,12 @@ def submit(session: Session, *, version_id: str, actor_id: str, now: dt.datetime
 
 
 def approve(session: Session, *, version_id: str, actor_id: str, now: dt.datetime) -> Version:
-    """SUBMITTED → APPROVED; the connection's current revision is approved with it."""
+    """SUBMITTED → APPROVED; the connection's revision the version was submitted with (still its
+    current one) is approved with it."""
     row = _locked(session, version_id)
+    _not_own(session, row, actor_id)
     _require(row, (SUBMITTED,), "approving")
+    _require_unchanged_connection(session, row, "approving")
     run = passing_run(session, connection_id=row.connection_id)
     _approve_connection(session, row.connection_id, actor_id, now)
     record(
@@ -184,6 +231,7 @@ def request_changes(
             f"Say what to change: a reason of 1 to {REASON_MAX} characters.", field="reason"
         )
     row = _locked(session, version_id)
+    _not_own(session, row, actor_id)
     _require(row, (SUBMITTED, APPROVED), "requesting changes")
     record(
         session,
@@ -202,13 +250,14 @@ def request_changes(
 def publish_reviewed(
     session: Session, *, version_id: str, actor_id: str, now: dt.datetime
 ) -> Version:
-    """APPROVED → PUBLISHED, frozen for ever; the connection must still pass on its revision."""
+    """APPROVED → PUBLISHED, frozen for ever; the connection must still be on the revision the
+    version was submitted with, and pass on it."""
     row = _locked(session, version_id)
+    listing = _not_own(session, row, actor_id)
     _require(row, (APPROVED,), "publishing")
+    _require_unchanged_connection(session, row, "publishing")
     run = passing_run(session, connection_id=row.connection_id)
     _approve_connection(session, row.connection_id, actor_id, now)
-    listing = session.get(Listing, row.listing_id)
-    assert listing is not None  # a version's listing is never deleted
     record(
         session,
         version=row,

@@ -186,10 +186,20 @@ def _push(http: httpx.Client, wanted: _Draft, contract: dict[str, Any]) -> Any:
             headers=headers,
         )
         draft = _expect("create the draft", made, 201)
-    if draft["state"] in ("SUBMITTED", "APPROVED", "PUBLISHED"):
-        return draft  # nothing changed since it was submitted (or it is published already)
+    if draft["state"] == "PUBLISHED":
+        return draft
     submitted = http.post(f"/v1/provider/versions/{draft['versionId']}:submit", headers=headers)
+    if draft["state"] in ("SUBMITTED", "APPROVED") and _code(submitted) == "VERSION_STATE_CONFLICT":
+        return draft  # nothing changed since it was submitted (its connection neither: 0532)
     return _expect("submit the draft", submitted, 200)
+
+
+def _code(answer: httpx.Response) -> str | None:
+    """A problem document's `code` (None for any other answer)."""
+    if answer.status_code < 400 or "json" not in answer.headers.get("content-type", ""):
+        return None
+    code = answer.json().get("code")
+    return code if isinstance(code, str) else None
 
 
 @provider.command(

@@ -50,7 +50,9 @@ __all__ = [
     "is_approved",
     "latest_run",
     "list_runs",
+    "locked_revision",
     "record_run",
+    "run_revision",
     "update_connection",
     "with_dispatch_target",
 ]
@@ -377,6 +379,25 @@ def latest_run(
     if run is None:
         return None
     return _view(run, _load_checks(session, run.id))
+
+
+def locked_revision(session: Session, *, connection_id: str) -> int:
+    """The connection's current revision as committed, its row locked until the transaction ends."""
+    revision = session.scalar(
+        select(ProviderConnection.revision)
+        .where(ProviderConnection.id == connection_id)
+        .with_for_update()
+    )
+    if revision is None:
+        raise ConnectionNotFound()
+    return revision
+
+
+def run_revision(session: Session, *, run_id: str) -> int | None:
+    """The connection revision a run checked (unknown run: None)."""
+    return session.scalar(
+        select(ConformanceRun.connection_revision).where(ConformanceRun.id == run_id)
+    )
 
 
 def list_runs(session: Session, *, connection_id: str, limit: int = 50) -> list[RunView]:

@@ -132,9 +132,23 @@ def test_push_creates_updates_and_submits_through_the_provider_api(
         assert json.loads(again.stdout)["state"] == "SUBMITTED"
         changed = mercato(*push, "--price", "3", env=env)  # an edit: back to DRAFT, resubmitted
         assert json.loads(changed.stdout)["state"] == "SUBMITTED"
+        with reference_provider() as elsewhere:
+            # The connection moves: the version is submitted again, bound to the new revision.
+            moved = mercato(
+                "admin", "update-connection", connection, "--base-url", elsewhere.url, env=env
+            )
+            assert moved.returncode == 0, moved.stderr
+            rebound = mercato(*push, "--price", "3", env=env)
+            assert rebound.returncode == 0, rebound.stderr
+            assert json.loads(rebound.stdout)["state"] == "SUBMITTED"
+            assert (
+                json.loads(rebound.stdout)["submittedRunId"]
+                != json.loads(changed.stdout)["submittedRunId"]
+            )
     assert _transitions(db_url, tmp_path) == [
         ("None", "DRAFT"),
         ("DRAFT", "SUBMITTED"),
         ("SUBMITTED", "DRAFT"),
         ("DRAFT", "SUBMITTED"),
+        ("SUBMITTED", "SUBMITTED"),
     ]

@@ -7,11 +7,14 @@ from sqlalchemy import select
 
 from builders.accounts import bearer
 from builders.cases import STAFF, CaseWorld
+from builders.invocation_world import SERVICE
 from builders.invocations import defined
 from mercato.accounts.models import Account
+from mercato.cases import flows
 from mercato.cases import service as cases
 from mercato.cases.errors import InvalidCaseTransition
 from mercato.cases.schemas import Decision
+from mercato.invocations.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from mercato.ledger import service as ledger
 
 
@@ -109,6 +112,40 @@ def test_idempotency_key_rules(cw: CaseWorld) -> None:
     # Keys are per account: another person's same key is a different submission.
     theirs = cw.report(key="k" * 191, token=cw.other_token)
     assert theirs.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [
+        ("", IdempotencyKeyMissing),
+        ("k" * 192, IdempotencyKeyInvalid),
+        ("k" * 300, IdempotencyKeyInvalid),
+        ("has space", IdempotencyKeyInvalid),
+        ("clé", IdempotencyKeyInvalid),
+    ],
+)
+def test_every_case_submission_passes_the_key_rule_in_the_flow(
+    cw: CaseWorld, key: str, refusal: type[Exception]
+) -> None:
+    """The rule is the flow's, not only the API handler's: no caller can store a bad key."""
+    call = cw.session_call()
+    runtime = cw.world.runtime
+    with pytest.raises(refusal):
+        flows.submit_dispute(
+            runtime, account_id=cw.person_id, idempotency_key=key, invocation_id=call, reason="r"
+        )
+    with pytest.raises(refusal):
+        flows.submit_report(
+            runtime,
+            account_id=cw.person_id,
+            idempotency_key=key,
+            service_code=SERVICE,
+            version="v1",
+            category="MISLEADING",
+            text="t",
+        )
+    with runtime.db.read() as session:
+        assert cases.list_cases(session, account_id=cw.person_id, limit=10).items == []
 
 
 def test_replay_returns_the_case_in_its_current_state(cw: CaseWorld) -> None:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,17 +13,21 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from builders.accounts import bearer, login, make_account, make_api_key
 from builders.catalog import example_contract, make_provider, publish
 from builders.providers import CREDENTIAL, Faults, RunningProvider, reference_provider
 from mercato.catalog import lifecycle
+from mercato.catalog.errors import VersionStateConflict
 from mercato.catalog.examples import example_contract as packaged_contract
 from mercato.catalog.models import Version, VersionTransition
+from mercato.conformance.flows import change_connection
 from mercato.db.runtime import Runtime
+from mercato.providers import service as providers
 
 PROVIDER, OTHER, STAFF = "provider@example.com", "other@example.com", "staff@example.com"
+STAFF_PROVIDER = "staff-provider@example.com"  # staff who also run a listing of their own
 CONTRACT = example_contract(artifactContract=None)
 
 
@@ -41,12 +47,19 @@ class Api:
         assert made.status_code == 201, made.text
         return str(made.json()["connectionId"])
 
-    def draft(self, connection_id: str, *, code: str = "acme.tool", version: str = "v1") -> str:
-        if self.call(PROVIDER, "GET", f"/v1/provider/listings/{code}/versions").status_code == 404:
+    def draft(
+        self,
+        connection_id: str,
+        *,
+        code: str = "acme.tool",
+        version: str = "v1",
+        who: str = PROVIDER,
+    ) -> str:
+        if self.call(who, "GET", f"/v1/provider/listings/{code}/versions").status_code == 404:
             listing = {"serviceCode": code, "displayName": "Tool", "description": "A tool."}
-            assert self.call(PROVIDER, "POST", "/v1/provider/listings", listing).status_code == 201
+            assert self.call(who, "POST", "/v1/provider/listings", listing).status_code == 201
         body = {"version": version, "connectionId": connection_id, "price": 7, "contract": CONTRACT}
-        made = self.call(PROVIDER, "POST", f"/v1/provider/listings/{code}/versions", body)
+        made = self.call(who, "POST", f"/v1/provider/listings/{code}/versions", body)
         assert made.status_code == 201, made.text
         assert made.json()["state"] == "DRAFT"
         return str(made.json()["versionId"])
@@ -55,8 +68,22 @@ class Api:
         prefix = "/v1/provider/versions" if action == "submit" else "/v1/staff/versions"
         return self.call(who, "POST", f"{prefix}/{version_id}:{action}", body)
 
-    def version(self, version_id: str) -> dict[str, Any]:
-        got = self.call(PROVIDER, "GET", f"/v1/provider/versions/{version_id}")
+    def move(self, connection_id: str, base_url: str) -> None:
+        """The provider points its connection at another address (the platform re-checks it)."""
+        changed = change_connection(
+            self.runtime,
+            self.runtime.provider_client(),
+            connection_id=connection_id,
+            base_url=base_url,
+        )
+        assert changed.run is not None and changed.run.passed
+
+    def approved(self, connection_id: str) -> bool:
+        with self.runtime.db.read() as session:
+            return providers.is_approved(session, connection_id=connection_id)
+
+    def version(self, version_id: str, who: str = PROVIDER) -> dict[str, Any]:
+        got = self.call(who, "GET", f"/v1/provider/versions/{version_id}")
         assert got.status_code == 200, got.text
         document: dict[str, Any] = got.json()
         return document
@@ -79,7 +106,9 @@ def api(runtime: Runtime, client: TestClient) -> Iterator[Api]:
     make_account(runtime.db, PROVIDER)
     make_account(runtime.db, OTHER)
     make_account(runtime.db, STAFF, is_staff=True)
-    headers = {who: bearer(login(client, who)["accessToken"]) for who in (PROVIDER, OTHER, STAFF)}
+    make_account(runtime.db, STAFF_PROVIDER, is_staff=True)
+    everyone = (PROVIDER, OTHER, STAFF, STAFF_PROVIDER)
+    headers = {who: bearer(login(client, who)["accessToken"]) for who in everyone}
     with reference_provider() as provider:
         yield Api(client, runtime, provider, headers)
 
@@ -184,6 +213,135 @@ def test_review_needs_a_passing_latest_run_on_the_current_revision(api: Api) -> 
     refused = api.step(STAFF, version_id, "publish")
     assert (refused.status_code, refused.json()["code"]) == (409, "CONFORMANCE_NOT_PASSED")
     assert api.stored(version_id) == before
+
+
+def test_staff_never_review_or_publish_their_own_listing(api: Api) -> None:
+    connection_id = api.connect(STAFF_PROVIDER)
+    version_id = api.draft(connection_id, code="staff.tool", who=STAFF_PROVIDER)
+    assert api.step(STAFF_PROVIDER, version_id, "submit").status_code == 200
+    for action, body in [("approve", None), ("request-changes", {"reason": "fine by me"})]:
+        before = api.stored(version_id)
+        refused = api.step(STAFF_PROVIDER, version_id, action, body)
+        assert (refused.status_code, refused.json()["code"]) == (403, "SELF_REVIEW_FORBIDDEN")
+        assert api.stored(version_id) == before
+    assert not api.approved(connection_id)
+
+    # Another staff member reviews it; its owner still cannot publish it.
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    before = api.stored(version_id)
+    refused = api.step(STAFF_PROVIDER, version_id, "publish")
+    assert (refused.status_code, refused.json()["code"]) == (403, "SELF_REVIEW_FORBIDDEN")
+    assert api.stored(version_id) == before
+    assert api.client.get("/v1/catalog/listings/staff.tool/versions/v1").status_code == 404
+    assert api.step(STAFF, version_id, "publish").json()["state"] == "PUBLISHED"
+    steps = api.version(version_id, STAFF_PROVIDER)["transitions"]
+    assert [s["toState"] for s in steps] == ["DRAFT", "SUBMITTED", "APPROVED", "PUBLISHED"]
+
+
+def test_approval_covers_the_revision_the_version_was_submitted_with(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    first_run = api.step(PROVIDER, version_id, "submit").json()["submittedRunId"]
+    with reference_provider() as elsewhere:
+        # After submitting, the provider moves the connection and its new address passes.
+        api.move(connection_id, elsewhere.url)
+        before = api.stored(version_id)
+        refused = api.step(STAFF, version_id, "approve")
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert refused.json()["state"] == "SUBMITTED"
+        assert api.stored(version_id) == before and not api.approved(connection_id)
+
+        # Submitted again, the version is bound to the new address's run and can be approved.
+        again = api.step(PROVIDER, version_id, "submit")
+        assert again.status_code == 200 and again.json()["state"] == "SUBMITTED"
+        assert again.json()["submittedRunId"] not in (None, first_run)
+        assert api.step(STAFF, version_id, "approve").json()["state"] == "APPROVED"
+        assert api.approved(connection_id)
+    steps = api.version(version_id)["transitions"]
+    assert [(s["fromState"], s["toState"]) for s in steps] == [
+        (None, "DRAFT"),
+        ("DRAFT", "SUBMITTED"),
+        ("SUBMITTED", "SUBMITTED"),
+        ("SUBMITTED", "APPROVED"),
+    ]
+
+
+def _until_waiting_on_a_lock(runtime: Runtime, thread: threading.Thread) -> None:
+    """On PostgreSQL, return once another backend waits on a row lock (the approval blocked
+    behind the open change); SQLite's writers are serialised at BEGIN IMMEDIATE instead."""
+    if runtime.db.engine.dialect.name != "postgresql":
+        return
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    deadline = time.monotonic() + 30
+    while thread.is_alive() and time.monotonic() < deadline:
+        with runtime.db.read() as session:
+            if session.execute(waiting).scalar_one():
+                return
+        time.sleep(0.01)
+    raise AssertionError("the approval never waited for the connection's row lock")
+
+
+def test_a_connection_changed_during_approval_is_never_approved(api: Api) -> None:
+    """Staff approve while the provider's change of the connection is not yet committed: the
+    approval waits for the connection's row and then refuses, never approving the old revision
+    the change is replacing nor the new one the version was not submitted with."""
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    staff_id = api.call(STAFF, "GET", "/v1/me").json()["accountId"]
+    outcome: list[str] = []
+
+    def approve() -> None:
+        try:
+            with api.runtime.db.transaction() as session:
+                lifecycle.approve(
+                    session, version_id=version_id, actor_id=staff_id, now=api.runtime.clock.now()
+                )
+            outcome.append("approved")
+        except VersionStateConflict:
+            outcome.append("conflict")
+        except Exception as error:  # any other end is the failure to report
+            outcome.append(repr(error))
+
+    staff = threading.Thread(target=approve)
+    with api.runtime.db.transaction() as session:
+        providers.update_connection(
+            session,
+            connection_id=connection_id,
+            settings=api.runtime.settings,
+            now=api.runtime.clock.now(),
+            name="renamed",
+        )
+        staff.start()
+        _until_waiting_on_a_lock(api.runtime, staff)
+    staff.join(timeout=60)
+    assert outcome == ["conflict"]
+    assert api.stored(version_id)[0] == "SUBMITTED" and not api.approved(connection_id)
+
+
+def test_an_approved_version_whose_connection_changed_is_not_published(api: Api) -> None:
+    connection_id = api.connect()
+    version_id = api.draft(connection_id)
+    assert api.step(PROVIDER, version_id, "submit").status_code == 200
+    assert api.step(STAFF, version_id, "approve").status_code == 200
+    with reference_provider() as elsewhere:
+        api.move(connection_id, elsewhere.url)
+        before = api.stored(version_id)
+        refused = api.step(STAFF, version_id, "publish")
+        assert (refused.status_code, refused.json()["code"]) == (409, "VERSION_STATE_CONFLICT")
+        assert refused.json()["state"] == "APPROVED"
+        assert api.stored(version_id) == before
+        # Publication did not approve the new address behind staff's back.
+        assert not api.approved(connection_id)
+        assert api.client.get("/v1/catalog/listings/acme.tool/versions/v1").status_code == 404
+
+        assert api.step(PROVIDER, version_id, "submit").json()["state"] == "SUBMITTED"
+        assert api.step(STAFF, version_id, "approve").status_code == 200
+        assert api.step(STAFF, version_id, "publish").json()["state"] == "PUBLISHED"
+        assert api.approved(connection_id)
 
 
 def test_changes_requested_edits_and_resubmission(api: Api) -> None:

@@ -6,6 +6,7 @@ import re
 
 from builders.invocation_world import SERVICE, World
 from builders.pages import PERSON, STAFF, Browser, field_error, title
+from mercato.cases import service as cases
 from mercato.ledger import service as ledger
 
 
@@ -133,6 +134,82 @@ def test_report_this_listing_opens_a_report_case(world: World, person: Browser) 
     )
     assert sent.status_code == 303 and sent.headers["location"].startswith("/cases/case_")
     assert "Content report" in person.follow(sent).text
+
+
+def _cases_of(world: World, account_id: str) -> list[str]:
+    with world.runtime.db.read() as session:
+        return [
+            c.case_id for c in cases.list_cases(session, account_id=account_id, limit=100).items
+        ]
+
+
+def _form_key(page: str, action: str) -> str:
+    """The Idempotency-Key the page minted into the form posting to `action`."""
+    found = re.search(
+        rf'action="{re.escape(action)}">.*?name="idempotency_key" value="([^"]+)"', page, re.S
+    )
+    assert found, action
+    return found.group(1)
+
+
+BAD_KEYS = [
+    (None, "Idempotency-Key header"),  # the field is absent
+    ("", "Idempotency-Key header"),
+    ("k" * 192, "1-191 visible ASCII"),
+    ("k" * 300, "1-191 visible ASCII"),
+    ("two words", "1-191 visible ASCII"),
+    ("clé", "1-191 visible ASCII"),
+]
+
+
+def test_the_report_form_keeps_the_idempotency_key_rule(
+    world: World, person: Browser, people: dict[str, str]
+) -> None:
+    action = f"/listings/{SERVICE}/report"
+    report = {"version": "v1", "category": "MISLEADING", "text": "No echo."}
+    for key, said in [*BAD_KEYS, ("", "Idempotency-Key header")]:  # empty twice: still none
+        person.get(f"/listings/{SERVICE}")
+        form = report if key is None else {**report, "idempotency_key": key}
+        refused = person.post(action, form)
+        assert refused.status_code == 400 and said in field_error(refused, "text"), key
+    assert _cases_of(world, people[PERSON]) == []
+
+    # The key is minted when the form is rendered: the same form posted twice is one case.
+    key = _form_key(person.get(f"/listings/{SERVICE}").text, action)
+    first = person.post(action, {**report, "idempotency_key": key})
+    second = person.post(action, {**report, "idempotency_key": key})
+    assert first.status_code == second.status_code == 303
+    assert first.headers["location"] == second.headers["location"]
+    assert len(_cases_of(world, people[PERSON])) == 1
+    reused = person.post(action, {**report, "text": "Something else.", "idempotency_key": key})
+    assert reused.status_code == 422 and "different submission" in field_error(reused, "text")
+    assert len(_cases_of(world, people[PERSON])) == 1
+    fresh = _form_key(person.get(f"/listings/{SERVICE}").text, action)
+    assert fresh != key
+
+
+def test_the_dispute_form_keeps_the_idempotency_key_rule(
+    world: World, person: Browser, people: dict[str, str]
+) -> None:
+    person.get(f"/listings/{SERVICE}")
+    done = person.post(
+        f"/listings/{SERVICE}/versions/v1/call", {"idempotency_key": "k-i", "body": '{"n": 4}'}
+    )
+    receipt_url = done.headers["location"]
+    action = receipt_url + "/dispute"
+    for key, said in BAD_KEYS:
+        person.get(receipt_url)
+        form = {"reason": "Wrong."} | ({} if key is None else {"idempotency_key": key})
+        refused = person.post(action, form)
+        assert refused.status_code == 400 and said in field_error(refused, "reason"), key
+    assert _cases_of(world, people[PERSON]) == []
+
+    key = _form_key(person.get(receipt_url).text, action)
+    first = person.post(action, {"reason": "Wrong.", "idempotency_key": key})
+    second = person.post(action, {"reason": "Wrong.", "idempotency_key": key})
+    assert first.status_code == second.status_code == 303
+    assert first.headers["location"] == second.headers["location"]
+    assert len(_cases_of(world, people[PERSON])) == 1
 
 
 def test_api_key_is_shown_once_listed_and_revoked_with_confirmation(

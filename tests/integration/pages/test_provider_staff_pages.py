@@ -183,6 +183,44 @@ def test_listing_draft_review_and_publish(world: World, person: Browser, staff: 
     assert review.count('<tr class="transition-row">') == 6 and PERSON in review
 
 
+def test_staff_pages_refuse_to_review_the_staffs_own_listing(world: World, staff: Browser) -> None:
+    # The staff member runs a listing of their own through the provider pages.
+    connection_id = _create_connection(staff, world, name="staff-echo")
+    staff.get("/provider")
+    staff.post(
+        "/provider/listings",
+        {"service_code": "staff.echo", "display_name": "Staff echo", "description": ""},
+    )
+    staff.get("/provider/listings/staff.echo")
+    drafted = staff.post(
+        "/provider/listings/staff.echo/drafts",
+        {
+            "version": "v1",
+            "connection_id": connection_id,
+            "price": "5",
+            "contract": json.dumps(example_contract(artifactContract=None)),
+        },
+    )
+    version_url = drafted.headers["location"].split("?")[0]
+    version_id = version_url.rsplit("/", 1)[1]
+    staff.get(version_url)
+    if not _latest_passed(world, connection_id):
+        _all_nine_passed(world, connection_id)
+    assert staff.post(version_url + "/submit").status_code == 303
+
+    staff.get(f"/staff/versions/{version_id}")
+    for step, form, field in [
+        ("approve", {}, "approve"),
+        ("request-changes", {"reason": "Looks fine to me."}, "reason"),
+        ("publish", {}, "publish"),
+    ]:
+        refused = staff.post(f"/staff/versions/{version_id}/{step}", form)
+        assert refused.status_code == 403 and "another staff member" in field_error(refused, field)
+    assert "badge-submitted" in staff.get(f"/staff/versions/{version_id}").text
+    with world.runtime.db.read() as session:
+        assert not providers.is_approved(session, connection_id=connection_id)
+
+
 def test_a_new_draft_starts_empty_or_from_a_template(world: World, person: Browser) -> None:
     person.get("/provider")
     person.post(

@@ -26,6 +26,7 @@ from mercato.catalog.errors import (
     InvalidServiceCode,
     InvalidVersionLabel,
     ListingNotFound,
+    SelfReviewForbidden,
     ServiceCodeTaken,
     VersionImmutable,
     VersionNotFound,
@@ -74,7 +75,7 @@ _BODY = (RequestTooLarge,)  # bodies over the edge's cap (web/limits.py, decisio
 _STAFF = (*_SESSION, StaffRequired)
 _CONNECTION_INPUT = (InvalidConnection, ProviderAddressForbidden, ConnectionNameTaken)
 _VERSION_INPUT = (InvalidContract, InvalidPrice, InvalidVersionLabel, ConnectionNotFound)
-_REVIEW = (VersionNotFound, VersionStateConflict, ConformanceNotPassed)
+_REVIEW = (SelfReviewForbidden, VersionNotFound, VersionStateConflict, ConformanceNotPassed)
 
 
 # --- the contract's own schema -----------------------------------------------------------
@@ -341,7 +342,7 @@ def _reviewed(request: Request, version_id: str, step: Any, **kwargs: Any) -> Ve
     **declare(*_STAFF, *_REVIEW, path_params=True),
 )
 def approve_version(version_id: str, request: Request, principal: StaffPrincipal) -> VersionOut:
-    """SUBMITTED → APPROVED (its connection's current revision is approved with it)."""
+    """SUBMITTED → APPROVED (with the connection revision it was submitted with, still current)."""
     return _reviewed(request, version_id, lifecycle.approve, actor_id=principal.account_id)
 
 
@@ -350,6 +351,7 @@ def approve_version(version_id: str, request: Request, principal: StaffPrincipal
     response_model=VersionOut,
     **declare(
         *_STAFF,
+        SelfReviewForbidden,
         VersionNotFound,
         VersionStateConflict,
         InvalidReviewReason,

@@ -260,6 +260,7 @@ def report(request: Request, service_code: str, user: User, form: Form) -> Respo
     version = text_of(form, "version")
     category, text = text_of(form, "category"), text_of(form, "text")
     errors: dict[str, str] = {}
+    status = 400
     if category not in {c.value for c in Category}:
         errors["category"] = "Choose what is wrong."
     if not text.strip():
@@ -269,21 +270,21 @@ def report(request: Request, service_code: str, user: User, form: Form) -> Respo
             submitted = case_flows.submit_report(
                 runtime_of(request),
                 account_id=user.account_id,
-                idempotency_key=text_of(form, "idempotency_key") or new_idempotency_key(),
+                idempotency_key=text_of(form, "idempotency_key"),
                 service_code=service_code,
                 version=version,
                 category=category,
                 text=text,
             )
         except MercatoError as error:
-            errors["text"] = error.message
+            errors["text"], status = error.message, error.status
         else:
             return redirect(request, f"/cases/{submitted.case.case_id}", notice="report-sent")
     context = _listing_context(request, service_code, version or None)
     return render(
         request,
         "listing.html",
-        status=400,
+        status=status,
         title=f"{context['listing']['display_name']} {context['version']['label']}",
         mode="form" if context["fields"] else "json",
         **_call_context(request, context),

@@ -230,6 +230,7 @@ def artifact(request: Request, invocation_id: str, artifact_id: str, user: User)
 def open_dispute(request: Request, invocation_id: str, user: User, form: Form) -> Response:
     reason = text_of(form, "reason")
     errors: dict[str, str] = {}
+    status = 400
     if not reason.strip():
         errors["reason"] = "Say why this call should be refunded (1-2000 characters)."
     else:
@@ -237,19 +238,19 @@ def open_dispute(request: Request, invocation_id: str, user: User, form: Form) -
             submitted = case_flows.submit_dispute(
                 runtime_of(request),
                 account_id=user.account_id,
-                idempotency_key=text_of(form, "idempotency_key") or new_idempotency_key(),
+                idempotency_key=text_of(form, "idempotency_key"),
                 invocation_id=invocation_id,
                 reason=reason,
             )
         except MercatoError as error:
-            errors["reason"] = error.message
+            errors["reason"], status = error.message, error.status
         else:
             return redirect(request, f"/cases/{submitted.case.case_id}", notice="dispute-opened")
     context = _receipt_context(request, user.account_id, invocation_id)
     return render(
         request,
         "receipt.html",
-        status=400,
+        status=status,
         title=f"Receipt {invocation_id}",
         dispute_key=new_idempotency_key(),
         errors=errors,
