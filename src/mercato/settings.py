@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mercato.core.files import PRIVATE_FILE_MODE, ensure_private_dir
+
 _DEV_SECRET = "mercato-dev-secret-not-for-production"
 ENV_PREFIX = "MERCATO_"
 DEFAULT_DATA_DIR = Path("./var")
@@ -264,15 +266,33 @@ def record_demo_settings(settings: Settings) -> Path:
         "settings": dict(sorted(recorded.items())),
         "secretKeyGiven": "MERCATO_SECRET_KEY" in _environment(),
     }
-    data_dir.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(data_dir)
     path = data_dir / DEMO_SETTINGS_FILE
     partial = path.with_name(path.name + ".partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    descriptor = _open_new_private(partial)
     with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
         json.dump(document, stream, indent=2)
         stream.write("\n")
     os.replace(partial, path)
     return path
+
+
+def _open_new_private(partial: Path) -> int:
+    """Open `partial` as a new file, 0600, for writing; never through a link planted there.
+
+    O_EXCL | O_NOFOLLOW: an existing name is never written through. It is a partial file left
+    by a run that died while writing, or something planted: its name is removed (a link itself,
+    never what it points to) and the file made afresh, once; a name that reappears meanwhile is
+    someone racing this process, and the error stands.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        descriptor = os.open(partial, flags, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        partial.unlink()
+        descriptor = os.open(partial, flags, PRIVATE_FILE_MODE)
+    os.fchmod(descriptor, PRIVATE_FILE_MODE)
+    return descriptor
 
 
 def _demo_defaults() -> dict[str, Any]:
@@ -318,7 +338,7 @@ def _demo_defaults() -> dict[str, Any]:
 
 def _ensure_data_dir(settings: Settings) -> None:
     try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(settings.data_dir)
     except OSError as exc:
         raise SettingsError(
             f"MERCATO_DATA_DIR: {settings.data_dir} cannot be created ({exc.strerror}); give a "

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import Engine, create_engine, event, exc, make_url
 from sqlalchemy.pool import NullPool
+
+from mercato.core.files import create_private_file
 
 READ_OPTION = "mercato_read"
 """Execution option marking a read session's connection (SQLite begins it DEFERRED)."""
@@ -24,6 +27,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             # (40), so a thread never waits for a connection, only for SQLite's write lock.
             kwargs.setdefault("pool_size", 10)
             kwargs.setdefault("max_overflow", 60)
+            _create_sqlite_file(url)
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
@@ -60,6 +64,17 @@ def _ping_idle_connections(engine: Engine) -> None:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as error:  # any failure: the pool retries with a new connection
             raise exc.DisconnectionError("the pooled connection is gone") from error
+
+
+def _create_sqlite_file(url: str) -> None:
+    """Create a new SQLite database file 0600 before SQLite does (it would make it 0644 under
+    the usual umask); SQLite gives its -wal and -shm files the database file's mode."""
+    database = make_url(url).database
+    if not database or database.startswith("file:") or (make_url(url).query.get("uri")):
+        return  # a URI filename names its file its own way; SQLite creates that one
+    path = Path(database)
+    if path.parent.is_dir():
+        create_private_file(path)
 
 
 def is_sqlite(engine: Engine) -> bool:

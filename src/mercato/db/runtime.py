@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mercato.core.clock import Clock, SystemClock
 from mercato.core.failpoints import NO_FAILPOINTS, Failpoints
+from mercato.core.files import ensure_private_dir
 from mercato.core.ids import Ids
 from mercato.db.aio import make_async_database
 from mercato.db.engine import make_engine
@@ -105,7 +106,7 @@ class Runtime:
         provider: ProviderClient | None = None,
     ) -> Runtime:
         """Open the database of `settings`; every part not given is the production one."""
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(settings.data_dir)
         engine = make_engine(settings.resolved_database_url)
         db = Database(engine, concurrency=settings.db_concurrency, ids=ids)
         return cls(

@@ -10,8 +10,9 @@ blocking a thread. aiohttp was chosen by measurement (`python -m bench.clients`)
   aiohttp only the checked addresses, which is all aiohttp ever dials (no DNS cache, so every
   new connection is resolved and checked again; the TLS layer still gets the original name for
   SNI and the certificate). aiohttp dials an IP-literal host without asking any resolver, so a
-  base URL's literal host is judged before the request (`check_base_url`, every spelling a
-  resolver accepts; aiohttp itself refuses the non-canonical ones).
+  base URL's literal host is judged before the request: the text (`check_base_url`) and the
+  host as yarl will dial it (`dialled_host_reason`, the sync transport's check too), so a
+  spelling yarl folds to an address (full-width digits, `。`) is refused, never dialled.
 - **No redirects**: a 3xx comes back as it is, with `error="redirect"`.
 - **Timeouts**: connect, each read, and the whole call (including the body) are bounded by the
   call's timeout; the body loop also checks the deadline between reads, as the sync client does.
@@ -49,6 +50,7 @@ from mercato.dispatch.guard import (
     UnresolvableHost,
     check_answers,
     check_base_url,
+    dialled_host_reason,
 )
 from mercato.dispatch.transport import (
     ERROR_BLOCKED,
@@ -109,6 +111,9 @@ class GuardedResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        reason = dialled_host_reason(host, allow_private=self._allow_private)
+        if reason is not None:
+            raise BlockedAddress(reason)
         try:
             found = self._lookup(host, port)
             answers = await found if isinstance(found, Awaitable) else found
@@ -277,9 +282,16 @@ class AsyncProviderClient:
             return self._verdicts[base_url]
         except KeyError:
             pass
-        # The sync client leaves literal addresses to its dial-time check; aiohttp never asks a
-        # resolver about a literal, so it is judged here (a pure function of the text: cached).
+        # aiohttp never asks a resolver about a literal, so it is judged here (a pure function of
+        # the text: cached), as the sync client judges it before its own request.
         verdict = check_base_url(base_url, allow_private=self._allow_private)
+        if verdict is None:  # and the host exactly as yarl hands it to aiohttp to dial
+            host = self._url(base_url, "/").raw_host
+            verdict = (
+                "no_host"
+                if host is None
+                else dialled_host_reason(host, allow_private=self._allow_private)
+            )
         if len(self._verdicts) >= _MAX_CACHED_URLS:
             self._verdicts.clear()
         self._verdicts[base_url] = verdict

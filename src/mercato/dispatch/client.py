@@ -180,7 +180,9 @@ class ProviderClient:
         timeout = self._default_timeout if timeout is None else timeout
         started = time.monotonic()
         url = target.base_url.rstrip("/") + path
-        if check_base_url(target.base_url, allow_private=True) is not None:
+        # The text, and the host as yarl and httpx read it (the transport checks the host httpx
+        # dials again, before its connect): the async client's check, the same function.
+        if check_base_url(target.base_url, allow_private=self._allow_private) is not None:
             return RawAnswer(None, None, ERROR_BLOCKED, 0.0)
         headers = dict(_HEADERS)
         if credential is not None:

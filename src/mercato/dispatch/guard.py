@@ -2,7 +2,9 @@
 
 Modelled on Stripe's Smokescreen: classify every resolved address (`classifyAddr`), then dial
 exactly the address that was classified, so a rebinding DNS answer between check and connect
-cannot redirect the socket. The classification itself lives in `mercato.providers.addresses`.
+cannot redirect the socket. The classification itself lives in `mercato.providers.addresses`;
+`dialled_host_reason` is the one check both clients apply to the host they are about to dial
+(httpx's in the sync transport, yarl's in the async client), before any connect.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from mercato.providers.addresses import (
     IPAddress,
     check_base_url,
     forbidden_reason,
+    host_spelling_reason,
     literal_host_reason,
     parse_ip,
 )
@@ -24,7 +27,9 @@ __all__ = [
     "UnresolvableHost",
     "check_answers",
     "check_base_url",
+    "dialled_host_reason",
     "forbidden_reason",
+    "host_spelling_reason",
     "literal_host_reason",
     "resolve_checked",
     "system_resolver",
@@ -43,6 +48,16 @@ class BlockedAddress(Exception):
 
 class UnresolvableHost(Exception):
     """The name did not resolve (a connect failure, not a policy refusal)."""
+
+
+def dialled_host_reason(host: str, *, allow_private: bool) -> str | None:
+    """Why a client may not dial `host` (the host after its HTTP library's normalisation), else
+    None: not an ASCII name or canonical IP literal, or (unless private addresses are allowed) a
+    non-public address named literally. Names still go through `resolve_checked`."""
+    reason = host_spelling_reason(host)
+    if reason is None and not allow_private:
+        reason = literal_host_reason(host)
+    return reason
 
 
 def system_resolver(host: str, port: int) -> list[str]:

@@ -11,7 +11,14 @@ from typing import Any, Final
 import httpcore
 import httpx
 
-from mercato.dispatch.guard import Resolver, UnresolvableHost, resolve_checked, system_resolver
+from mercato.dispatch.guard import (
+    BlockedAddress,
+    Resolver,
+    UnresolvableHost,
+    dialled_host_reason,
+    resolve_checked,
+    system_resolver,
+)
 
 # RawAnswer.error values.
 ERROR_TIMEOUT = "timeout"
@@ -71,6 +78,9 @@ class GuardedNetworkBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
+        reason = dialled_host_reason(host, allow_private=self._allow_private)
+        if reason is not None:  # the host as httpx dials it: no lookup, no socket
+            raise BlockedAddress(reason)
         try:
             addresses = resolve_checked(
                 host, port, resolver=self._resolver, allow_private=self._allow_private

@@ -1,24 +1,41 @@
-"""What a provider address may be: public unicast only, over http(s), without userinfo.
+"""What a provider address may be: public unicast only, over http(s), without userinfo, and
+spelled as it will be dialled (an ASCII DNS name in IDNA A-labels, or a canonical IP literal).
 
 Pure classification with `ipaddress` (no DNS, no I/O); `mercato.dispatch.guard` applies it to
 resolved addresses at connect time, the connection service to the literal host of a base URL at
 submission (an IP address in any form a resolver accepts, `localhost` and `*.localhost`).
 `is_global` alone is not trusted (CPython has shipped wrong tables, CVE-2024-4032), so an
 explicit deny list backs it up, and every IPv6 form that embeds an IPv4 address is refused.
+
+HTTP libraries rewrite hosts before they dial them (yarl folds full-width digits and ideographic
+full stops to ASCII, so `１２７.０.０.１` is dialled as `127.0.0.1` without any lookup), so a
+host is judged as written, as yarl and httpx will dial it, and must be the same in all three
+(`host_spelling_reason`, decision 0520): any other spelling is refused like a private address.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
 from urllib.parse import unquote, urlsplit
+
+import httpx
+import idna
+from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 # Dotted labels of decimal, octal or hex numbers: what `inet_aton` (and so `getaddrinfo`, and a
 # WHATWG URL parser) reads as an IPv4 address, e.g. `127.1`, `0x7f.1`, `2130706433`.
 _NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}")
+# One label of an ASCII DNS name (RFC 1123 LDH): letters, digits, inner hyphens, 1-63 long.
+_LDH_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# A label a WHATWG URL parser reads as a number (so the host "ends in a number": an IPv4 form).
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
+HOST_SPELLING = "host_spelling"
+"""The reason for a host that is not an ASCII DNS name or a canonical IP literal."""
 
 
 def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -119,11 +136,101 @@ def literal_host_reason(host: str) -> str | None:
     return None if literal is None else forbidden_reason(literal)
 
 
+def host_spelling_reason(host: str) -> str | None:
+    """Return `host_spelling` unless `host` (a URL's host, IPv6 without brackets) is an ASCII DNS
+    name in IDNA A-labels or an IP literal in the one form every parser reads alike.
+
+    Refused: any non-ASCII character (full-width digits, ideographic full stops, U-labels), percent
+    escapes, an empty label or a trailing dot, a name ending in a numeric label that is not a
+    canonical dotted quad (`2130706433`, `0x7f.1`, `127.1`, `0177.0.0.1`), an xn-- label that is
+    no valid A-label, an IPv6 zone id and IPv4-mapped or dotted IPv6 forms. This is what the
+    connect-time guard applies to the host each client is about to dial.
+    """
+    if not host.isascii():
+        return HOST_SPELLING
+    name = host.lower()
+    if ":" in name:
+        return _ipv6_spelling_reason(name)
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LDH_LABEL.fullmatch(label) for label in labels):
+        return HOST_SPELLING
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        try:
+            canonical = str(ipaddress.IPv4Address(name)) == name
+        except ValueError:
+            canonical = False
+        return None if canonical else HOST_SPELLING
+    for label in labels:
+        if label.startswith("xn--") and not _is_a_label(label):
+            return HOST_SPELLING
+    return None
+
+
+def _ipv6_spelling_reason(name: str) -> str | None:
+    if "." in name or "%" in name:  # a dotted IPv4 tail, or a zone id
+        return HOST_SPELLING
+    try:
+        address = ipaddress.IPv6Address(name)
+    except ValueError:
+        return HOST_SPELLING
+    return HOST_SPELLING if address.ipv4_mapped is not None else None
+
+
+def _is_a_label(label: str) -> bool:
+    try:
+        return idna.encode(idna.decode(label)).decode("ascii") == label
+    except (idna.IDNAError, UnicodeError):
+        return False
+
+
+def _dialled_hosts(url: str) -> list[str | None]:
+    """The host as yarl (aiohttp) and as httpx will dial it (None where one refuses the URL)."""
+    hosts: list[str | None] = []
+    try:
+        hosts.append(URL(url).raw_host)
+    except (ValueError, TypeError):
+        hosts.append(None)
+    try:
+        hosts.append(httpx.URL(url).raw_host.decode("ascii") or None)
+    except (httpx.InvalidURL, UnicodeError):
+        hosts.append(None)
+    return hosts
+
+
+def _same_host(written: str, dialled: str) -> bool:
+    if ":" in written:
+        try:
+            return ipaddress.ip_address(written) == ipaddress.ip_address(dialled)
+        except ValueError:
+            return False
+    return written.lower() == dialled.lower()
+
+
+def _host_reason(url: str, written: str, *, allow_private: bool) -> str | None:
+    """Why the host of `url` (`written` as urlsplit reads it) may not be dialled, else None."""
+    dialled = _dialled_hosts(url)
+    if not allow_private:
+        for host in dict.fromkeys([written, *dialled]):  # each distinct spelling once
+            reason = None if host is None else literal_host_reason(host)
+            if reason is not None:
+                return reason
+    if not all(host is not None and _same_host(written, host) for host in dialled):
+        return HOST_SPELLING
+    return host_spelling_reason(written)
+
+
+@functools.lru_cache(maxsize=4096)
 def check_base_url(url: str, *, allow_private: bool) -> str | None:
     """Return why `url` cannot be a provider base URL (syntax and literal addresses), else None.
 
-    No DNS here: names are judged when a connection is opened, which is what counts.
+    The host is judged as written and as each HTTP client will dial it; a host spelled any way
+    but as an ASCII name or canonical IP literal is refused even where private addresses are
+    allowed (a canonical spelling always exists). No DNS here: names are judged when a
+    connection is opened, which is what counts. A pure function of its arguments, so cached:
+    the sync client runs it before every request (parsing with httpx alone costs ~35 µs).
     """
+    if not url.isprintable() or any(char.isspace() for char in url):
+        return "malformed"  # urlsplit drops tabs and newlines silently; no client should see them
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -139,6 +246,4 @@ def check_base_url(url: str, *, allow_private: bool) -> str | None:
         return "query_or_fragment"
     if port == 0:
         return "port"
-    if allow_private:
-        return None
-    return literal_host_reason(parts.hostname)
+    return _host_reason(url, parts.hostname, allow_private=allow_private)

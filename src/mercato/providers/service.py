@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from mercato.core.ids import new_id
 from mercato.db.plans import Plan, Rows, first, query
-from mercato.providers.addresses import check_base_url
+from mercato.providers.addresses import HOST_SPELLING, check_base_url
 from mercato.providers.errors import (
     ConformanceNotPassed,
     ConnectionNameTaken,
@@ -113,6 +113,12 @@ def _clean_base_url(base_url: str, settings: Settings) -> str:
         return base_url
     if reason in _SYNTAX_REASONS:
         raise InvalidConnection(f"base URL is not acceptable ({reason})", field=BASE_URL_FIELD)
+    if reason == HOST_SPELLING:
+        raise ProviderAddressForbidden(
+            f"base URL's host must be an ASCII DNS name (IDNA A-labels) or an IP address in its "
+            f"canonical form, as it will be dialled ({reason})",
+            field=BASE_URL_FIELD,
+        )
     raise ProviderAddressForbidden(
         f"base URL names a non-public address ({reason}); a provider must be reachable at a "
         "public address",

@@ -169,12 +169,14 @@ def current_status(*, account_id: str, settings: Any, now: dt.datetime) -> Plan[
     return (yield from status.plan(account_id=account_id, policy=policy, now=now))
 
 
-# The slot, written once for both stores (`mercato.db.guarded`): one upsert. A new window
+# The slot, written once for both stores (`mercato.db.guarded`): one upsert. A newer window
 # starts at 1, the current one counts up to the limit; the account's first call under a policy
-# inserts its row (a concurrent first call waits on the unique key, then updates). No row back:
-# the window is exhausted and nothing was taken. On PostgreSQL the row lock of the upsert queues
-# concurrent callers, which re-check the condition on the latest row; SQLite serialises writers
-# with BEGIN IMMEDIATE.
+# inserts its row (a concurrent first call waits on the unique key, then updates). A window only
+# moves forward: a call whose window start is older than the row's (its host's clock is behind
+# another's) counts in the row's newer window, under its limit, and never resets it (decision
+# 0522). No row back: the window is exhausted and nothing was taken. On PostgreSQL the row lock
+# of the upsert queues concurrent callers, which re-check the condition on the latest row;
+# SQLite serialises writers with BEGIN IMMEDIATE.
 EXHAUSTED = "quota"
 """The refusal code of an exhausted window (`guarded.Refused.code`)."""
 
@@ -194,19 +196,17 @@ def slot_step(
         }
         stmt = insert_select(refs, _windows, values)
         current = _windows.c
+        newer = current.window_start < stmt.excluded.window_start  # type: ignore[attr-defined]
         return stmt.on_conflict_do_update(  # type: ignore[attr-defined]
             index_elements=[current.account_id, current.policy],
             set_={
-                "accepted": case(
-                    (current.window_start == stmt.excluded.window_start, current.accepted + 1),  # type: ignore[attr-defined]
-                    else_=inline(1, Integer),
+                "accepted": case((newer, inline(1, Integer)), else_=current.accepted + 1),
+                "window_start": case(
+                    (newer, stmt.excluded.window_start),  # type: ignore[attr-defined]
+                    else_=current.window_start,
                 ),
-                "window_start": stmt.excluded.window_start,  # type: ignore[attr-defined]
             },
-            where=or_(
-                current.window_start != stmt.excluded.window_start,  # type: ignore[attr-defined]
-                current.accepted < limit(refs),
-            ),
+            where=or_(newer, current.accepted < limit(refs)),
         ).returning(current.accepted)
 
     return Step(name, build, Empty.REFUSE, code=EXHAUSTED)
