@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     password_hash_memory_kib: int = Field(
         default=PASSWORD_HASH_MEMORY_KIB, ge=32, le=4 * 1024 * 1024
     )
+    # Argon2 computations one process runs at once (each takes the memory above); the rest
+    # wait for a slot. 0: derived, min(4, CPUs) (decision 0525).
+    password_hash_concurrency: int = Field(default=0, ge=0, le=256)
     # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
     trusted_proxies: str = "127.0.0.1,::1"
 
@@ -120,6 +123,16 @@ class Settings(BaseSettings):
         elif url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgres://")
         return url
+
+    @property
+    def password_hash_slots(self) -> int:
+        """How many Argon2 computations this process runs at once (decision 0525)."""
+        return self.password_hash_concurrency or self.derived_hash_slots()
+
+    @staticmethod
+    def derived_hash_slots() -> int:
+        """min(4, CPUs): Argon2 is CPU-bound, and 4 x 64 MiB bounds the memory it takes."""
+        return max(1, min(4, os.cpu_count() or 1))
 
     @property
     def trusted_proxy_list(self) -> list[str]:

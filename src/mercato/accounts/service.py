@@ -16,13 +16,25 @@ import math
 import re
 import secrets
 import string
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Table, bindparam, case, delete, literal_column, or_, select, update
+from sqlalchemy import (
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import (
@@ -85,6 +97,56 @@ def _hasher_for(settings: Settings | None) -> PasswordHasher:
     return _hasher if settings is None else _hasher_with(settings.password_hash_memory_kib)
 
 
+class HashPool:
+    """At most `size` Argon2 computations at once in this process (decision 0525): each one
+    takes `password_hash_memory_kib` of memory (64 MiB by default), so a burst of logins or
+    sign-ups queues here instead of taking a request thread's share of memory each.
+
+    `running` and `waiting` say how many computations hold a slot and how many wait for one."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.running = 0
+        self.waiting = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._changed:
+            self.waiting += 1
+            self._changed.notify_all()  # every change: a watcher (`wait_for`) may count it
+            try:
+                while self.running >= self.size:
+                    self._changed.wait()
+            finally:
+                self.waiting -= 1
+            self.running += 1
+            self._changed.notify_all()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.running -= 1
+                self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[HashPool], bool], timeout: float) -> bool:
+        """Wait until `predicate(self)` holds (True), or `timeout` seconds (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self), timeout)
+
+
+@lru_cache(maxsize=8)
+def _pool_of(size: int) -> HashPool:
+    return HashPool(size)
+
+
+def hash_pool(settings: Settings | None) -> HashPool:
+    """This process's pool of Argon2 slots of the size the settings give (decision 0525)."""
+    return _pool_of(
+        settings.password_hash_slots if settings is not None else Settings.derived_hash_slots()
+    )
+
+
 # --- accounts and passwords -------------------------------------------------------------
 
 
@@ -99,7 +161,8 @@ def hash_password(password: str, *, settings: Settings | None = None) -> str:
         raise InvalidPassword(
             f"A password has {PASSWORD_MIN_LENGTH} to {PASSWORD_MAX_LENGTH} characters."
         )
-    return _hasher_for(settings).hash(password)
+    with hash_pool(settings).slot():
+        return _hasher_for(settings).hash(password)
 
 
 @lru_cache(maxsize=4)
@@ -115,11 +178,12 @@ def verify_password(
     A stored hash is checked with its own parameters; the stand-in costs what a new hash does.
     """
     memory_kib = _hasher_for(settings).memory_cost
-    try:
+    with hash_pool(settings).slot():
         stored = password_hash or _dummy_hash(memory_kib)
-        return _hasher.verify(stored, password) and bool(password_hash)
-    except (VerificationError, InvalidHashError):
-        return False
+        try:
+            return _hasher.verify(stored, password) and bool(password_hash)
+        except (VerificationError, InvalidHashError):
+            return False
 
 
 def rehash_if_needed(
@@ -127,7 +191,10 @@ def rehash_if_needed(
 ) -> str | None:
     """A fresh hash when the stored one uses other parameters than new hashes get, else None."""
     hasher = _hasher_for(settings)
-    return hasher.hash(password) if hasher.check_needs_rehash(password_hash) else None
+    if not hasher.check_needs_rehash(password_hash):
+        return None
+    with hash_pool(settings).slot():
+        return hasher.hash(password)
 
 
 def create_account(
@@ -138,8 +205,11 @@ def create_account(
     is_staff: bool,
     now: dt.datetime,
     settings: Settings | None = None,
+    password_hash: str | None = None,
 ) -> Account:
-    """Create an account; without a password it cannot log in."""
+    """Create an account; without a password it cannot log in. `password_hash`: the
+    password's hash made beforehand (`hash_password`, outside the transaction), instead of
+    `password`."""
     address = normalize_email(email)
     if len(address) > 254 or not _EMAIL_RE.match(address):
         raise InvalidEmail("Give an email address like name@example.com.")
@@ -148,7 +218,9 @@ def create_account(
     account = Account(
         id=new_id("acct"),
         email=address,
-        password_hash=hash_password(password, settings=settings) if password is not None else None,
+        password_hash=(
+            hash_password(password, settings=settings) if password is not None else password_hash
+        ),
         is_staff=is_staff,
         created_at=now,
     )
@@ -602,20 +674,64 @@ def check_login_allowed(
     )
     if retry_after:
         raise LoginThrottled(
-            f"Too many failed logins; try again in {retry_after} seconds.", retry_after=retry_after
+            f"Too many failed logins; try again in {retry_after} seconds.",
+            retry_after=retry_after,
+            retryAfter=retry_after,
         )
 
 
 def record_login_failure(
     session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
-) -> None:
-    """Count one failed login against each subject and forget failures outside the window."""
+) -> list[str]:
+    """Count one failed login against each subject and forget failures outside the window;
+    the ids of the rows that count it."""
     horizon = now - dt.timedelta(seconds=settings.login_window_seconds)
     # The table only ever holds one window of failures, so this sweep stays small.
     session.execute(delete(LoginAttempt).where(LoginAttempt.attempted_at <= horizon))
+    ids = []
     for subject in (subjects.email, subjects.address, subjects.pair):
-        session.add(LoginAttempt(id=new_id("login"), subject=subject, attempted_at=now))
+        ids.append(new_id("login"))
+        session.add(LoginAttempt(id=ids[-1], subject=subject, attempted_at=now))
     session.flush()
+    return ids
+
+
+LOGIN_LOCK_CLASS = int.from_bytes(b"LGN", "big")
+"""The first key of the PostgreSQL advisory locks (the two-int form, a key space of its own)
+that serialise the attempts of one throttle subject (`lock_subjects`)."""
+
+
+def lock_subjects(session: Session, subjects: Sequence[str], lock_class: int) -> None:
+    """Serialise, until the transaction ends, the transactions that count against `subjects`.
+
+    PostgreSQL: one transaction-scoped advisory lock per subject, taken in one order (no
+    deadlock); under READ COMMITTED the count read after it sees every attempt committed
+    before. SQLite: a write transaction has taken the database's write lock at BEGIN
+    IMMEDIATE already, so the check and the insert after it are one step."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for subject in sorted(set(subjects)):
+        digest = hashlib.sha256(subject.encode()).digest()
+        key = int.from_bytes(digest[:4], "big", signed=True)
+        session.execute(select(func.pg_advisory_xact_lock(lock_class, key)))
+
+
+def count_login_attempt(
+    session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
+) -> list[str]:
+    """Count a login attempt before its password is verified (decision 0526): under the
+    subjects' locks, raise LoginThrottled when it may not be tried now, else record it as a
+    failure at once (its ids, to forget if the password proves right). Concurrent attempts
+    are counted one after another, so no more pass than the limits allow; an attempt whose
+    process dies before the verdict stays counted."""
+    lock_subjects(session, (subjects.email, subjects.address, subjects.pair), LOGIN_LOCK_CLASS)
+    check_login_allowed(session, subjects=subjects, settings=settings, now=now)
+    return record_login_failure(session, subjects=subjects, settings=settings, now=now)
+
+
+def forget_login_attempt(session: Session, *, attempt_ids: Sequence[str]) -> None:
+    """Forget an attempt `count_login_attempt` counted, once its password proved right."""
+    session.execute(delete(LoginAttempt).where(LoginAttempt.id.in_(list(attempt_ids))))
 
 
 def clear_login_failures(session: Session, *, subject: str) -> None:
