@@ -69,6 +69,11 @@ class Settings(BaseSettings):
 
     # Points granted once to each account made on the web sign-up page (0: none).
     signup_points: int = Field(default=0, ge=0, le=10**15)
+    # Accounts one client address may make in an hour (429 SIGNUP_THROTTLED past it), and the
+    # points all sign-up grants of one UTC day may come to (unset: 100 x the grant); later
+    # accounts of the day are made without points (decisions 0527, 0528).
+    signup_per_address_per_hour: int = Field(default=3, ge=1, le=1_000_000)
+    signup_points_daily_cap: int | None = Field(default=None, ge=0, le=10**18)
 
     default_quota_policy: str = "standard"
     default_quota_limit: int = Field(default=60, ge=1)
@@ -123,6 +128,13 @@ class Settings(BaseSettings):
         elif url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgres://")
         return url
+
+    @property
+    def signup_daily_cap(self) -> int:
+        """The points all sign-up grants of one UTC day may come to (decision 0528)."""
+        if self.signup_points_daily_cap is not None:
+            return self.signup_points_daily_cap
+        return 100 * self.signup_points
 
     @property
     def password_hash_slots(self) -> int:

@@ -45,6 +45,7 @@ from mercato.accounts.errors import (
     InvalidEmail,
     InvalidPassword,
     LoginThrottled,
+    SignupThrottled,
 )
 from mercato.accounts.models import (
     Account,
@@ -52,6 +53,7 @@ from mercato.accounts.models import (
     LoginAttempt,
     RefreshToken,
     SessionFamily,
+    Signup,
 )
 from mercato.accounts.schemas import (
     CreatedApiKey,
@@ -210,9 +212,7 @@ def create_account(
     """Create an account; without a password it cannot log in. `password_hash`: the
     password's hash made beforehand (`hash_password`, outside the transaction), instead of
     `password`."""
-    address = normalize_email(email)
-    if len(address) > 254 or not _EMAIL_RE.match(address):
-        raise InvalidEmail("Give an email address like name@example.com.")
+    address = checked_email(email)
     if session.scalar(select(Account.id).where(Account.email == address)) is not None:
         raise AccountExists()
     account = Account(
@@ -227,6 +227,14 @@ def create_account(
     session.add(account)
     session.flush()
     return account
+
+
+def checked_email(email: str) -> str:
+    """The canonical form of `email`, or InvalidEmail when it cannot be an address."""
+    address = normalize_email(email)
+    if len(address) > 254 or not _EMAIL_RE.match(address):
+        raise InvalidEmail("Give an email address like name@example.com.")
+    return address
 
 
 def find_account_by_email(session: Session, *, email: str) -> Account | None:
@@ -591,8 +599,10 @@ def throttle_address(client_ip: str | None) -> str:
     return str(address)
 
 
-def _subject_digest(kind: str, value: str, settings: Settings) -> str:
-    key = settings.derived_key("login-throttle")
+def _subject_digest(
+    kind: str, value: str, settings: Settings, purpose: str = "login-throttle"
+) -> str:
+    key = settings.derived_key(purpose)
     return hmac.new(key, f"{kind}:{value}".encode(), "sha256").hexdigest()
 
 
@@ -757,6 +767,84 @@ def unlock_login(session: Session, *, email: str, settings: Settings) -> int:
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+# --- sign-up throttle and daily grant cap (decisions 0527, 0528) ------------------------
+
+SIGNUP_WINDOW = dt.timedelta(hours=1)
+SIGNUP_LOCK_CLASS = int.from_bytes(b"SGN", "big")
+"""The first key of the advisory lock that serialises sign-ups on PostgreSQL (`lock_subjects`)."""
+
+
+def signup_subject(*, client_ip: str | None, settings: Settings) -> str:
+    """What the sign-up throttle counts: the client address (IPv6 by its /64), as a keyed
+    digest, never readable."""
+    digest = _subject_digest("address", throttle_address(client_ip), settings, "signup-throttle")
+    return "a:" + digest[:62]
+
+
+def check_signup_allowed(
+    session: Session, *, subject: str, settings: Settings, now: dt.datetime
+) -> None:
+    """Raise SignupThrottled, with the seconds to wait, when the address has made
+    `signup_per_address_per_hour` accounts in the last hour."""
+    limit = settings.signup_per_address_per_hour
+    boundary = session.scalar(
+        select(Signup.created_at)
+        .where(Signup.subject == subject, Signup.created_at > now - SIGNUP_WINDOW)
+        .order_by(Signup.created_at.desc())
+        .offset(limit - 1)
+        .limit(1)
+    )
+    if boundary is not None:
+        retry_after = max(1, _seconds_until(boundary + SIGNUP_WINDOW, now))
+        raise SignupThrottled(
+            f"Too many accounts were made from this address; try again in {retry_after} seconds.",
+            retry_after=retry_after,
+            retryAfter=retry_after,
+        )
+
+
+def _utc_day_start(now: dt.datetime) -> dt.datetime:
+    return now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def start_signup(session: Session, *, subject: str, settings: Settings, now: dt.datetime) -> int:
+    """In the sign-up's own write transaction, before its account is made: serialise it with
+    every other sign-up (PostgreSQL: an advisory lock; SQLite: BEGIN IMMEDIATE has), check the
+    address's throttle, and answer the points this account is granted: the sign-up grant
+    while the grants of the UTC day stay within `signup_daily_cap` with it, else 0 (a grant
+    is whole or nothing)."""
+    lock_subjects(session, ("sign-ups",), SIGNUP_LOCK_CLASS)
+    check_signup_allowed(session, subject=subject, settings=settings, now=now)
+    grant = settings.signup_points
+    if grant == 0:
+        return 0
+    granted = session.scalar(
+        select(func.coalesce(func.sum(Signup.points), 0)).where(
+            Signup.created_at >= _utc_day_start(now)
+        )
+    )
+    return grant if int(granted or 0) + grant <= settings.signup_daily_cap else 0
+
+
+def record_signup(
+    session: Session, *, subject: str, account_id: str, points: int, now: dt.datetime
+) -> None:
+    """Count the account made (and its grant) against the address and the day; forget the
+    sign-ups that neither the throttle's hour nor the day's cap still counts."""
+    horizon = min(now - SIGNUP_WINDOW, _utc_day_start(now))
+    session.execute(delete(Signup).where(Signup.created_at < horizon))
+    session.add(
+        Signup(
+            id=new_id("signup"),
+            subject=subject,
+            account_id=account_id,
+            points=points,
+            created_at=now,
+        )
+    )
+    session.flush()
 
 
 # --- API keys kept in memory (decision 0400) --------------------------------------------
