@@ -143,8 +143,11 @@ class Settings(BaseSettings):
 
     @staticmethod
     def derived_hash_slots() -> int:
-        """min(4, CPUs): Argon2 is CPU-bound, and 4 x 64 MiB bounds the memory it takes."""
-        return max(1, min(4, os.cpu_count() or 1))
+        """min(4, CPUs this process may run on): Argon2 is CPU-bound, and 4 x 64 MiB bounds
+        the memory it takes."""
+        affinity = getattr(os, "sched_getaffinity", None)
+        cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+        return max(1, min(4, cpus))
 
     @property
     def trusted_proxy_list(self) -> list[str]:
