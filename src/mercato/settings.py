@@ -63,11 +63,19 @@ class Settings(BaseSettings):
     password_hash_memory_kib: int = Field(
         default=PASSWORD_HASH_MEMORY_KIB, ge=32, le=4 * 1024 * 1024
     )
+    # Argon2 computations one process runs at once (each takes the memory above); the rest
+    # wait for a slot. 0: derived, min(4, CPUs) (decision 0525).
+    password_hash_concurrency: int = Field(default=0, ge=0, le=256)
     # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
     trusted_proxies: str = "127.0.0.1,::1"
 
     # Points granted once to each account made on the web sign-up page (0: none).
     signup_points: int = Field(default=0, ge=0, le=10**15)
+    # Accounts one client address may make in an hour (429 SIGNUP_THROTTLED past it), and the
+    # points all sign-up grants of one UTC day may come to (unset: 100 x the grant); later
+    # accounts of the day are made without points (decisions 0527, 0528).
+    signup_per_address_per_hour: int = Field(default=3, ge=1, le=1_000_000)
+    signup_points_daily_cap: int | None = Field(default=None, ge=0, le=10**18)
 
     default_quota_policy: str = "standard"
     default_quota_limit: int = Field(default=60, ge=1)
@@ -122,6 +130,26 @@ class Settings(BaseSettings):
         elif url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgres://")
         return url
+
+    @property
+    def signup_daily_cap(self) -> int:
+        """The points all sign-up grants of one UTC day may come to (decision 0528)."""
+        if self.signup_points_daily_cap is not None:
+            return self.signup_points_daily_cap
+        return 100 * self.signup_points
+
+    @property
+    def password_hash_slots(self) -> int:
+        """How many Argon2 computations this process runs at once (decision 0525)."""
+        return self.password_hash_concurrency or self.derived_hash_slots()
+
+    @staticmethod
+    def derived_hash_slots() -> int:
+        """min(4, CPUs this process may run on): Argon2 is CPU-bound, and 4 x 64 MiB bounds
+        the memory it takes."""
+        affinity = getattr(os, "sched_getaffinity", None)
+        cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+        return max(1, min(4, cpus))
 
     @property
     def trusted_proxy_list(self) -> list[str]:

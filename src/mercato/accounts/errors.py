@@ -57,6 +57,11 @@ class LoginThrottled(RateLimited):
     title = "Too many failed logins"
 
 
+class SignupThrottled(RateLimited):
+    code = "SIGNUP_THROTTLED"
+    title = "Too many sign-ups from this address"
+
+
 class SessionRequired(Forbidden):
     code = "SESSION_REQUIRED"
     title = "This needs a session, not an API key"

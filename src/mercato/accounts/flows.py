@@ -20,26 +20,30 @@ def login(
     settings: Settings,
     now: dt.datetime,
 ) -> IssuedTokens:
-    """Check the throttle, verify the password outside any transaction, then open a session.
+    """Count the attempt, verify the password outside any transaction, then open a session.
 
-    A failure is recorded in its own committed transaction before InvalidCredentials is
-    raised; unknown emails cost the same Argon2 verification as wrong passwords. A success
-    forgets the failures of its (email, address) pair only: the email's and the address's
-    own counts stay, so an attack in progress stays slowed (decision 0220).
+    The attempt is counted as a failure before its password is verified, in one committed
+    transaction that first checks the throttle under the subjects' locks (decision 0526):
+    concurrent attempts never pass the limits, and a throttled attempt verifies nothing.
+    Unknown emails cost the same Argon2 verification as wrong passwords; verifications run in
+    the process's bounded pool (decision 0525). A success forgets its own attempt and the
+    failures of its (email, address) pair only: the email's and the address's other counts
+    stay, so an attack in progress stays slowed (decision 0220).
     """
     subjects = service.login_subjects(email=email, client_ip=client_ip, settings=settings)
-    with db.read() as session:
-        service.check_login_allowed(session, subjects=subjects, settings=settings, now=now)
+    with db.transaction() as session:
+        attempt = service.count_login_attempt(
+            session, subjects=subjects, settings=settings, now=now
+        )
         account = service.find_account_by_email(session, email=email)
         account_id = account.id if account is not None else None
         stored_hash = account.password_hash if account is not None else None
     if not service.verify_password(stored_hash, password, settings=settings) or account_id is None:
-        with db.transaction() as session:
-            service.record_login_failure(session, subjects=subjects, settings=settings, now=now)
         raise InvalidCredentials()
     assert stored_hash is not None
     new_hash = service.rehash_if_needed(stored_hash, password, settings=settings)
     with db.transaction() as session:
+        service.forget_login_attempt(session, attempt_ids=attempt)
         service.clear_login_failures(session, subject=subjects.pair)
         if new_hash is not None:
             service.set_password_hash(session, account_id=account_id, password_hash=new_hash)

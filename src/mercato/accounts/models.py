@@ -1,10 +1,11 @@
-"""Account tables: accounts, API keys, session families, refresh tokens, login attempts."""
+"""Account tables: accounts, API keys, session families, refresh tokens, login attempts,
+sign-ups."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import Boolean, ForeignKey, Index, String
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mercato.db.base import Base, UTCDateTime
@@ -68,3 +69,21 @@ class LoginAttempt(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     subject: Mapped[str] = mapped_column(String(64))
     attempted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+class Signup(Base):
+    """An account made on the sign-up page: counted per client address for the sign-up
+    throttle, and by the points it was granted for the daily grant cap (decisions 0527, 0528).
+    Kept for the current UTC day and the last hour only."""
+
+    __tablename__ = "signups"
+    __table_args__ = (
+        Index("ix_signups_subject_created_at", "subject", "created_at"),
+        Index("ix_signups_created_at", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64))  # a keyed digest of the client address
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    points: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)

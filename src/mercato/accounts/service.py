@@ -16,13 +16,25 @@ import math
 import re
 import secrets
 import string
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Table, bindparam, case, delete, literal_column, or_, select, update
+from sqlalchemy import (
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import (
@@ -33,6 +45,7 @@ from mercato.accounts.errors import (
     InvalidEmail,
     InvalidPassword,
     LoginThrottled,
+    SignupThrottled,
 )
 from mercato.accounts.models import (
     Account,
@@ -40,6 +53,7 @@ from mercato.accounts.models import (
     LoginAttempt,
     RefreshToken,
     SessionFamily,
+    Signup,
 )
 from mercato.accounts.schemas import (
     CreatedApiKey,
@@ -85,6 +99,56 @@ def _hasher_for(settings: Settings | None) -> PasswordHasher:
     return _hasher if settings is None else _hasher_with(settings.password_hash_memory_kib)
 
 
+class HashPool:
+    """At most `size` Argon2 computations at once in this process (decision 0525): each one
+    takes `password_hash_memory_kib` of memory (64 MiB by default), so a burst of logins or
+    sign-ups queues here instead of taking a request thread's share of memory each.
+
+    `running` and `waiting` say how many computations hold a slot and how many wait for one."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.running = 0
+        self.waiting = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._changed:
+            self.waiting += 1
+            self._changed.notify_all()  # every change: a watcher (`wait_for`) may count it
+            try:
+                while self.running >= self.size:
+                    self._changed.wait()
+            finally:
+                self.waiting -= 1
+            self.running += 1
+            self._changed.notify_all()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.running -= 1
+                self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[HashPool], bool], timeout: float) -> bool:
+        """Wait until `predicate(self)` holds (True), or `timeout` seconds (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self), timeout)
+
+
+@lru_cache(maxsize=8)
+def _pool_of(size: int) -> HashPool:
+    return HashPool(size)
+
+
+def hash_pool(settings: Settings | None) -> HashPool:
+    """This process's pool of Argon2 slots of the size the settings give (decision 0525)."""
+    return _pool_of(
+        settings.password_hash_slots if settings is not None else Settings.derived_hash_slots()
+    )
+
+
 # --- accounts and passwords -------------------------------------------------------------
 
 
@@ -99,7 +163,8 @@ def hash_password(password: str, *, settings: Settings | None = None) -> str:
         raise InvalidPassword(
             f"A password has {PASSWORD_MIN_LENGTH} to {PASSWORD_MAX_LENGTH} characters."
         )
-    return _hasher_for(settings).hash(password)
+    with hash_pool(settings).slot():
+        return _hasher_for(settings).hash(password)
 
 
 @lru_cache(maxsize=4)
@@ -115,11 +180,12 @@ def verify_password(
     A stored hash is checked with its own parameters; the stand-in costs what a new hash does.
     """
     memory_kib = _hasher_for(settings).memory_cost
-    try:
+    with hash_pool(settings).slot():
         stored = password_hash or _dummy_hash(memory_kib)
-        return _hasher.verify(stored, password) and bool(password_hash)
-    except (VerificationError, InvalidHashError):
-        return False
+        try:
+            return _hasher.verify(stored, password) and bool(password_hash)
+        except (VerificationError, InvalidHashError):
+            return False
 
 
 def rehash_if_needed(
@@ -127,7 +193,10 @@ def rehash_if_needed(
 ) -> str | None:
     """A fresh hash when the stored one uses other parameters than new hashes get, else None."""
     hasher = _hasher_for(settings)
-    return hasher.hash(password) if hasher.check_needs_rehash(password_hash) else None
+    if not hasher.check_needs_rehash(password_hash):
+        return None
+    with hash_pool(settings).slot():
+        return hasher.hash(password)
 
 
 def create_account(
@@ -138,23 +207,34 @@ def create_account(
     is_staff: bool,
     now: dt.datetime,
     settings: Settings | None = None,
+    password_hash: str | None = None,
 ) -> Account:
-    """Create an account; without a password it cannot log in."""
-    address = normalize_email(email)
-    if len(address) > 254 or not _EMAIL_RE.match(address):
-        raise InvalidEmail("Give an email address like name@example.com.")
+    """Create an account; without a password it cannot log in. `password_hash`: the
+    password's hash made beforehand (`hash_password`, outside the transaction), instead of
+    `password`."""
+    address = checked_email(email)
     if session.scalar(select(Account.id).where(Account.email == address)) is not None:
         raise AccountExists()
     account = Account(
         id=new_id("acct"),
         email=address,
-        password_hash=hash_password(password, settings=settings) if password is not None else None,
+        password_hash=(
+            hash_password(password, settings=settings) if password is not None else password_hash
+        ),
         is_staff=is_staff,
         created_at=now,
     )
     session.add(account)
     session.flush()
     return account
+
+
+def checked_email(email: str) -> str:
+    """The canonical form of `email`, or InvalidEmail when it cannot be an address."""
+    address = normalize_email(email)
+    if len(address) > 254 or not _EMAIL_RE.match(address):
+        raise InvalidEmail("Give an email address like name@example.com.")
+    return address
 
 
 def find_account_by_email(session: Session, *, email: str) -> Account | None:
@@ -519,8 +599,10 @@ def throttle_address(client_ip: str | None) -> str:
     return str(address)
 
 
-def _subject_digest(kind: str, value: str, settings: Settings) -> str:
-    key = settings.derived_key("login-throttle")
+def _subject_digest(
+    kind: str, value: str, settings: Settings, purpose: str = "login-throttle"
+) -> str:
+    key = settings.derived_key(purpose)
     return hmac.new(key, f"{kind}:{value}".encode(), "sha256").hexdigest()
 
 
@@ -602,20 +684,64 @@ def check_login_allowed(
     )
     if retry_after:
         raise LoginThrottled(
-            f"Too many failed logins; try again in {retry_after} seconds.", retry_after=retry_after
+            f"Too many failed logins; try again in {retry_after} seconds.",
+            retry_after=retry_after,
+            retryAfter=retry_after,
         )
 
 
 def record_login_failure(
     session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
-) -> None:
-    """Count one failed login against each subject and forget failures outside the window."""
+) -> list[str]:
+    """Count one failed login against each subject and forget failures outside the window;
+    the ids of the rows that count it."""
     horizon = now - dt.timedelta(seconds=settings.login_window_seconds)
     # The table only ever holds one window of failures, so this sweep stays small.
     session.execute(delete(LoginAttempt).where(LoginAttempt.attempted_at <= horizon))
+    ids = []
     for subject in (subjects.email, subjects.address, subjects.pair):
-        session.add(LoginAttempt(id=new_id("login"), subject=subject, attempted_at=now))
+        ids.append(new_id("login"))
+        session.add(LoginAttempt(id=ids[-1], subject=subject, attempted_at=now))
     session.flush()
+    return ids
+
+
+LOGIN_LOCK_CLASS = int.from_bytes(b"LGN", "big")
+"""The first key of the PostgreSQL advisory locks (the two-int form, a key space of its own)
+that serialise the attempts of one throttle subject (`lock_subjects`)."""
+
+
+def lock_subjects(session: Session, subjects: Sequence[str], lock_class: int) -> None:
+    """Serialise, until the transaction ends, the transactions that count against `subjects`.
+
+    PostgreSQL: one transaction-scoped advisory lock per subject, taken in one order (no
+    deadlock); under READ COMMITTED the count read after it sees every attempt committed
+    before. SQLite: a write transaction has taken the database's write lock at BEGIN
+    IMMEDIATE already, so the check and the insert after it are one step."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for subject in sorted(set(subjects)):
+        digest = hashlib.sha256(subject.encode()).digest()
+        key = int.from_bytes(digest[:4], "big", signed=True)
+        session.execute(select(func.pg_advisory_xact_lock(lock_class, key)))
+
+
+def count_login_attempt(
+    session: Session, *, subjects: LoginSubjects, settings: Settings, now: dt.datetime
+) -> list[str]:
+    """Count a login attempt before its password is verified (decision 0526): under the
+    subjects' locks, raise LoginThrottled when it may not be tried now, else record it as a
+    failure at once (its ids, to forget if the password proves right). Concurrent attempts
+    are counted one after another, so no more pass than the limits allow; an attempt whose
+    process dies before the verdict stays counted."""
+    lock_subjects(session, (subjects.email, subjects.address, subjects.pair), LOGIN_LOCK_CLASS)
+    check_login_allowed(session, subjects=subjects, settings=settings, now=now)
+    return record_login_failure(session, subjects=subjects, settings=settings, now=now)
+
+
+def forget_login_attempt(session: Session, *, attempt_ids: Sequence[str]) -> None:
+    """Forget an attempt `count_login_attempt` counted, once its password proved right."""
+    session.execute(delete(LoginAttempt).where(LoginAttempt.id.in_(list(attempt_ids))))
 
 
 def clear_login_failures(session: Session, *, subject: str) -> None:
@@ -641,6 +767,84 @@ def unlock_login(session: Session, *, email: str, settings: Settings) -> int:
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+# --- sign-up throttle and daily grant cap (decisions 0527, 0528) ------------------------
+
+SIGNUP_WINDOW = dt.timedelta(hours=1)
+SIGNUP_LOCK_CLASS = int.from_bytes(b"SGN", "big")
+"""The first key of the advisory lock that serialises sign-ups on PostgreSQL (`lock_subjects`)."""
+
+
+def signup_subject(*, client_ip: str | None, settings: Settings) -> str:
+    """What the sign-up throttle counts: the client address (IPv6 by its /64), as a keyed
+    digest, never readable."""
+    digest = _subject_digest("address", throttle_address(client_ip), settings, "signup-throttle")
+    return "a:" + digest[:62]
+
+
+def check_signup_allowed(
+    session: Session, *, subject: str, settings: Settings, now: dt.datetime
+) -> None:
+    """Raise SignupThrottled, with the seconds to wait, when the address has made
+    `signup_per_address_per_hour` accounts in the last hour."""
+    limit = settings.signup_per_address_per_hour
+    boundary = session.scalar(
+        select(Signup.created_at)
+        .where(Signup.subject == subject, Signup.created_at > now - SIGNUP_WINDOW)
+        .order_by(Signup.created_at.desc())
+        .offset(limit - 1)
+        .limit(1)
+    )
+    if boundary is not None:
+        retry_after = max(1, _seconds_until(boundary + SIGNUP_WINDOW, now))
+        raise SignupThrottled(
+            f"Too many accounts were made from this address; try again in {retry_after} seconds.",
+            retry_after=retry_after,
+            retryAfter=retry_after,
+        )
+
+
+def _utc_day_start(now: dt.datetime) -> dt.datetime:
+    return now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def start_signup(session: Session, *, subject: str, settings: Settings, now: dt.datetime) -> int:
+    """In the sign-up's own write transaction, before its account is made: serialise it with
+    every other sign-up (PostgreSQL: an advisory lock; SQLite: BEGIN IMMEDIATE has), check the
+    address's throttle, and answer the points this account is granted: the sign-up grant
+    while the grants of the UTC day stay within `signup_daily_cap` with it, else 0 (a grant
+    is whole or nothing)."""
+    lock_subjects(session, ("sign-ups",), SIGNUP_LOCK_CLASS)
+    check_signup_allowed(session, subject=subject, settings=settings, now=now)
+    grant = settings.signup_points
+    if grant == 0:
+        return 0
+    granted = session.scalar(
+        select(func.coalesce(func.sum(Signup.points), 0)).where(
+            Signup.created_at >= _utc_day_start(now)
+        )
+    )
+    return grant if int(granted or 0) + grant <= settings.signup_daily_cap else 0
+
+
+def record_signup(
+    session: Session, *, subject: str, account_id: str, points: int, now: dt.datetime
+) -> None:
+    """Count the account made (and its grant) against the address and the day; forget the
+    sign-ups that neither the throttle's hour nor the day's cap still counts."""
+    horizon = min(now - SIGNUP_WINDOW, _utc_day_start(now))
+    session.execute(delete(Signup).where(Signup.created_at < horizon))
+    session.add(
+        Signup(
+            id=new_id("signup"),
+            subject=subject,
+            account_id=account_id,
+            points=points,
+            created_at=now,
+        )
+    )
+    session.flush()
 
 
 # --- API keys kept in memory (decision 0400) --------------------------------------------

@@ -6,9 +6,10 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import SessionRequired, StaffRequired
+from mercato.accounts.errors import KeyDisproved, SessionRequired, StaffRequired
 from mercato.accounts.schemas import Principal
 from mercato.core.errors import Unauthenticated
+from mercato.db.hints import served_on
 from mercato.db.plans import AsyncConnection
 from mercato.db.runtime import Runtime
 
@@ -104,6 +105,20 @@ async def principal_on(
     # the property's first-use AttributeError and `State.__setattr__` (decision 0476).
     request.scope.setdefault("state", {})["principal"] = principal
     return principal
+
+
+async def prove_served_key(conn: AsyncConnection) -> None:
+    """Read the API key `principal_on` served from memory on `conn`, if it did: a refusal
+    made after authentication must not answer a key that is revoked (or unknown) by now, so
+    raise `KeyDisproved` (401 `UNAUTHENTICATED`, no quota headers: DESIGN.md §3 step 1
+    comes first). A key read from the database on `conn` has been proven already."""
+    served = served_on(conn)
+    if served is None or served.key_digest is None:
+        return
+    try:
+        await accounts.lookup_api_key_digest.aio(conn, digest=served.key_digest)
+    except Unauthenticated as refused:
+        raise KeyDisproved(refused) from None
 
 
 async def record_key_use(request: Request) -> None:

@@ -48,6 +48,7 @@ from mercato.web.deps import (
     bearer_token_of,
     current_principal,
     principal_on,
+    prove_served_key,
     record_key_use,
     runtime_of,
 )
@@ -232,7 +233,11 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
     try:
         async with runtime.adb.read() as conn:
             principal = await principal_on(request, conn, token, runtime)
-            key = invocations.check_idempotency_key(keys)
+            try:
+                key = invocations.check_idempotency_key(keys)
+            except MercatoError:  # a key from memory is proven before it is answered
+                await prove_served_key(conn)
+                raise
             prepared = await flows.prepare(
                 runtime,
                 conn,

@@ -7,8 +7,15 @@ from starlette.responses import Response
 
 from mercato.accounts import flows as account_flows
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import AccountExists, InvalidEmail, InvalidPassword
+from mercato.accounts.errors import (
+    AccountExists,
+    InvalidEmail,
+    InvalidPassword,
+    SignupThrottled,
+)
+from mercato.accounts.schemas import IssuedTokens
 from mercato.core.errors import MercatoError, RateLimited, Unauthenticated
+from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
 from mercato.web.deps import runtime_of
 from mercato.web.pages.common import (
@@ -39,36 +46,18 @@ def signup_page(request: Request) -> Response:
 def signup(request: Request, form: Form) -> Response:
     email, password = text_of(form, "email").strip(), text_of(form, "password")
     errors: dict[str, str] = {}
+    status, headers = 400, dict[str, str]()
     if len(password) < accounts.PASSWORD_MIN_LENGTH:
         errors["password"] = f"Use at least {accounts.PASSWORD_MIN_LENGTH} characters."
     elif len(password) > accounts.PASSWORD_MAX_LENGTH:
         errors["password"] = "That password is too long."
     if not errors:
-        runtime = runtime_of(request)
+        client_ip = request.client.host if request.client else None
         try:
-            with runtime.db.transaction() as session:
-                account = accounts.create_account(
-                    session,
-                    email=email,
-                    password=password,
-                    is_staff=False,
-                    now=runtime.clock.now(),
-                    settings=runtime.settings,
-                )
-                if runtime.settings.signup_points:
-                    ledger.grant(
-                        session,
-                        account_id=account.id,
-                        amount=runtime.settings.signup_points,
-                        now=runtime.clock.now(),
-                        memo=SIGNUP_MEMO,
-                    )
-                tokens = accounts.start_session(
-                    session,
-                    account_id=account.id,
-                    settings=runtime.settings,
-                    now=runtime.clock.now(),
-                )
+            tokens, points = _sign_up(runtime_of(request), email, password, client_ip)
+        except SignupThrottled as error:
+            errors["email"] = error.message
+            status, headers = 429, error.headers
         except (InvalidEmail, AccountExists) as error:
             errors["email"] = error.message
         except InvalidPassword as error:
@@ -76,10 +65,56 @@ def signup(request: Request, form: Form) -> Response:
         else:
             set_session_cookies(request, tokens)
             renew_csrf(request)
-            return redirect(request, "/", notice="signed-up")
-    return render(
-        request, "signup.html", status=400, title="Sign up", errors=errors, values={"email": email}
+            granted = points or not runtime_of(request).settings.signup_points
+            return redirect(request, "/", notice="signed-up" if granted else "signed-up-no-points")
+    page = render(
+        request,
+        "signup.html",
+        status=status,
+        title="Sign up",
+        errors=errors,
+        values={"email": email},
     )
+    page.headers.update(headers)  # Retry-After when throttled
+    return page
+
+
+def _sign_up(
+    runtime: Runtime, email: str, password: str, client_ip: str | None
+) -> tuple[IssuedTokens, int]:
+    """Make the account, grant its sign-up points, open its session: the session and the
+    points granted (decisions 0527, 0528).
+
+    The cheap refusals come before the Argon2 hash (a bad email, a throttled address: read
+    without a lock), the hash outside any transaction (in the bounded pool, decision 0525),
+    then one write transaction serialised with every other sign-up checks the throttle again,
+    makes the account, grants the points the day's cap still allows and counts it all.
+    """
+    settings, now = runtime.settings, runtime.clock.now()
+    subject = accounts.signup_subject(client_ip=client_ip, settings=settings)
+    accounts.checked_email(email)
+    with runtime.db.read() as session:
+        accounts.check_signup_allowed(session, subject=subject, settings=settings, now=now)
+    password_hash = accounts.hash_password(password, settings=settings)
+    now = runtime.clock.now()
+    with runtime.db.transaction() as session:
+        points = accounts.start_signup(session, subject=subject, settings=settings, now=now)
+        account = accounts.create_account(
+            session,
+            email=email,
+            password=None,
+            password_hash=password_hash,
+            is_staff=False,
+            now=now,
+            settings=settings,
+        )
+        if points:
+            ledger.grant(session, account_id=account.id, amount=points, now=now, memo=SIGNUP_MEMO)
+        accounts.record_signup(
+            session, subject=subject, account_id=account.id, points=points, now=now
+        )
+        tokens = accounts.start_session(session, account_id=account.id, settings=settings, now=now)
+    return tokens, points
 
 
 @router.get("/login")

@@ -307,6 +307,10 @@ def error_text(error: MercatoError) -> str:
 
 NOTICES = {
     "signed-up": "Welcome! Your account is ready.",
+    "signed-up-no-points": (
+        "Welcome! Your account is ready. Today's sign-up points have all been given out, so it "
+        "starts without points."
+    ),
     "logged-out": "You have been signed out.",
     "key-revoked": "The API key was revoked. It can no longer be used.",
     "connection-created": "Connection created; the conformance check has run.",
