@@ -1,5 +1,5 @@
 """`validation.fast_valid` (decision 0435): it vouches only for instances `jsonschema` finds no
-error in, so `flows.schema_errors` reports exactly what `iter_errors` reports."""
+error in, so `schema_engine.schema_errors` reports exactly what `iter_errors` reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import FormatChecker, TypeChecker, validators
 
-from mercato.invocations import flows
-from mercato.invocations.validation import fast_valid
+from mercato.core import schema_engine
+from mercato.core.schema_proof import fast_valid
 
 _DRAFTS = [
     None,
@@ -83,13 +83,13 @@ def _schemas(depth: int) -> st.SearchStrategy[Any]:
 
 
 def _reference(schema: Any, instance: Any) -> list[dict[str, str]]:
-    """`flows.schema_errors` as it was before the proof: `iter_errors`, always."""
+    """`schema_engine.schema_errors` as it was before the proof: `iter_errors`, always."""
     key = orjson.loads(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     validator = validators.validator_for(key)(key)
     found = []
     for error in validator.iter_errors(instance):
         found.append(
-            {"pointer": flows._pointer(error.absolute_path), "detail": error.message[:300]}
+            {"pointer": schema_engine._pointer(error.absolute_path), "detail": error.message[:300]}
         )
         if len(found) >= 20:
             break
@@ -106,7 +106,9 @@ def _outcome(check: Any, *args: Any) -> Any:
 @settings(max_examples=600, deadline=None)
 @given(schema=_schemas(2), instance=_instances)
 def test_errors_are_jsonschemas(schema: Any, instance: Any) -> None:
-    assert _outcome(flows.schema_errors, schema, instance) == _outcome(_reference, schema, instance)
+    assert _outcome(schema_engine.schema_errors, schema, instance) == _outcome(
+        _reference, schema, instance
+    )
 
 
 @settings(max_examples=600, deadline=None)
@@ -139,7 +141,7 @@ def test_draft4_integers_are_draft4s() -> None:
     proof = fast_valid(validator)
     assert proof is not None
     assert not proof(1.0)
-    assert flows.schema_errors(schema, 1.0) == _reference(schema, 1.0) != []
+    assert schema_engine.schema_errors(schema, 1.0) == _reference(schema, 1.0) != []
     later = {"type": "integer"}
     assert fast_valid(validators.validator_for(later)(later))(1.0)  # type: ignore[misc]
 

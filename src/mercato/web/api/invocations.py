@@ -28,6 +28,7 @@ from mercato.invocations.errors import (
     ProviderDefinedFailure,
     ProviderUnavailable,
     RequestSchemaViolation,
+    RequestTooComplex,
     RequestTooLarge,
 )
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
@@ -170,6 +171,7 @@ _INVOKE_ERRORS = (
     RequestTooLarge,
     IdempotencyKeyReused,
     RequestSchemaViolation,
+    RequestTooComplex,
     ProviderDefinedFailure,
     RateLimitExceeded,
     ProviderContractViolation,

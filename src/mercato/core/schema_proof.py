@@ -25,16 +25,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import _keywords
+from jsonschema import Draft202012Validator
 
 Check = Callable[[Any], bool]
 
+# The draft's own implementations of the keywords proven (the same functions in every draft
+# since 4), read from the public `VALIDATORS` mapping of a validator class.
 _KEYWORDS = {
-    "type": _keywords.type,
-    "properties": _keywords.properties,
-    "required": _keywords.required,
-    "additionalProperties": _keywords.additionalProperties,
-    "format": _keywords.format,
+    name: Draft202012Validator.VALIDATORS[name]
+    for name in ("type", "properties", "required", "additionalProperties", "format")
 }
 _JSON_CLASSES = (dict, list, str, int, float, bool, type(None))
 _SAMPLES: tuple[Any, ...] = (
