@@ -58,7 +58,6 @@ def list_legacy_pattern_versions(session: Session) -> list[LegacyPatternVersion]
         select(Version.id, Listing.service_code, Version.label, Version.state, Version.contract)
         .join(Listing, Listing.id == Version.listing_id)
         .order_by(Listing.service_code, Version.number)
-        .execution_options(yield_per=200)
     )
     found = []
     for version_id, service_code, label, state, contract in rows:

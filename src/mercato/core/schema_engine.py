@@ -1,27 +1,27 @@
 """JSON Schema checks that cannot hold an event loop (DESIGN.md §3, §7; decision 0515).
 
 A contract's schemas are a provider's input and a body or result is a stranger's input: neither
-may decide how long a check takes. The engine is `jsonschema` with five keywords replaced and
-every keyword counted, through `jsonschema.validators.extend` (no fork, no private names):
+may decide how long a serve process is busy. The engine is `jsonschema` with four keywords
+replaced and every keyword counted, through `jsonschema.validators.extend` (no fork, no private
+names):
 
 - `pattern`, `patternProperties` and `additionalProperties` (which reads `patternProperties`)
   match with RE2 (`google-re2`), in time linear in the string. JSON Schema patterns are
   ECMA-262; RE2's `\\d`, `\\w` and `\\b` are ASCII as there (Python's are Unicode).
-  A pattern RE2 refuses raises `PatternRefused` (`pattern_problems` finds them at submission).
+  `pattern_problems` finds, by JSON pointer, the patterns RE2 refuses (at submission).
 - `uniqueItems` hashes each item's canonical form: linear, where `jsonschema` compares pairs.
-- every keyword, before it runs, counts against a budget of the judging thread's own CPU time
-  (`TooComplex` when spent), so `$ref` chains, `anyOf`/`oneOf` fan-out and long arrays stop
-  at the deadline however they nest.
+- every keyword, before it runs, counts against a budget of CPU time (`TooComplex` when spent),
+  so `$ref` chains, `anyOf`/`oneOf` fan-out and long arrays stop at the deadline however they
+  nest.
 
-`judge` runs the engine off the event loop, on a few threads: each keyword's own work is
-bounded and the budget stops the walk, so a thread gives the loop the GIL every switch interval
-and never outlives its deadline by more than one bounded step. Two kinds of schema cannot be
-stopped that way and run in a child process killed at the deadline (`schema_legacy`): one
-whose pattern RE2 refuses (a version published before the rule keeps Python's engine, §7), and
-one with `unevaluatedProperties` beside `patternProperties` (`jsonschema` matches those with
-`re` inside a helper no keyword replaces).
-
-A schema `validation.fast_valid` proves cheap answers "valid" on the loop, as before.
+`judge` answers on the event loop only when the schema's proof (`schema_proof`, decision 0435)
+vouches for the instance, which is linear and cheap. Anything else is judged in one of a few
+child processes (`schema_child`), never in the serve process: a thread would share its GIL,
+and garbage collection or a C call that never checks in can hold that for hundreds of ms.
+Python's own engine, kept for a version published before patterns had to be RE2 (DESIGN.md
+§7), and for a schema with `unevaluatedProperties` beside `patternProperties` (`jsonschema`
+matches those with `re` in a helper no keyword replaces), runs there too: the child's CPU timer
+ends it when a regular expression overruns, and the parent starts another.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import queue
 import select
 import struct
 import subprocess
@@ -53,7 +54,6 @@ MAX_SCHEMA_ERRORS = 20
 MAX_PATTERN_MEMORY = 1 << 20
 MAX_PROGRAM_SIZE = 4000
 _TICKS_PER_CLOCK_READ = 32
-_THREADS = min(4, (os.cpu_count() or 1) + 1)
 
 
 class TooComplex(Exception):
@@ -394,7 +394,7 @@ def judge_here(compiled: Compiled, instance: Any, seconds: float) -> list[dict[s
     """Judge in this thread within `seconds` of its CPU time (`TooComplex` beyond;
     `PatternRefused` when the schema needs the child process)."""
     if compiled.in_child:
-        raise PatternRefused("this schema runs in the child process")
+        raise PatternRefused("this schema runs on Python's engine")
     _budget.deadline = time.thread_time() + seconds
     _budget.ticks = 0
     try:
@@ -405,49 +405,18 @@ def judge_here(compiled: Compiled, instance: Any, seconds: float) -> list[dict[s
         _budget.deadline = math.inf
 
 
-# --- off the loop ------------------------------------------------------------------------
+# --- off the loop: the judging child processes -----------------------------------------
 
-_pool_lock = threading.Lock()
-_pools: dict[str, ThreadPoolExecutor] = {}
-
-
-def _pool(name: str, workers: int) -> ThreadPoolExecutor:
-    with _pool_lock:
-        pool = _pools.get(name)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"mercato-{name}")
-            _pools[name] = pool
-        return pool
+FRAME = struct.Struct(">I")
+JOB = struct.Struct(">cI")  # mode (b"E": this engine, b"P": Python's), the budget in µs
+_CHILDREN = max(2, min(4, os.cpu_count() or 1))
+# A child that has not answered after this much wall time is killed whatever its CPU time
+# (the CPU deadline is enforced in the child itself; this is for a child that hangs).
+_WALL_FACTOR, _WALL_FLOOR = 20, 2.0
 
 
-async def judge(schema: Any, instance: Any, *, deadline_ms: int) -> list[dict[str, str]]:
-    """`schema`'s violations by `instance`, judged off the event loop within `deadline_ms`
-    (`TooComplex` when it cannot be). A schema proven cheap answers "valid" here."""
-    compiled = compile_schema(schema_key(schema))
-    if compiled.proof is not None and compiled.proof(instance):
-        return []
-    seconds = deadline_ms / 1000
-    loop = asyncio.get_running_loop()
-    if not compiled.in_child:
-        try:
-            return await loop.run_in_executor(
-                _pool("validate", _THREADS), judge_here, compiled, instance, seconds
-            )
-        except PatternRefused:
-            pass  # a `$ref` into a value that is not a schema position: the child judges it
-    payload = orjson.dumps(instance)
-    return await loop.run_in_executor(
-        _pool("validate-child", 1), _CHILD.judge, compiled.schema_json, payload, seconds
-    )
-
-
-# --- the child process (Python's own engine, killed at the deadline) ---------------------
-
-_FRAME = struct.Struct(">I")
-
-
-def _write(stream: Any, data: bytes) -> None:
-    stream.write(_FRAME.pack(len(data)) + data)
+def write_frame(stream: Any, data: bytes) -> None:
+    stream.write(FRAME.pack(len(data)) + data)
     stream.flush()
 
 
@@ -462,14 +431,14 @@ def _read_exactly(fd: int, size: int, until: float) -> bytes | None:
             return None
         chunk = os.read(fd, size - len(chunks))
         if not chunk:
-            raise OSError("the validation child process exited")
+            raise EOFError
         chunks.extend(chunk)
     return bytes(chunks)
 
 
 class _Child:
-    """One child process judging with plain `jsonschema` (`mercato.core.schema_legacy`); it is
-    killed and replaced when a judgement overruns. Used from one thread at a time."""
+    """One judging process (`python -m mercato.core.schema_child`), used by one thread at a
+    time; killed and replaced when it overruns or dies."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
@@ -477,49 +446,104 @@ class _Child:
     def _started(self) -> subprocess.Popen[bytes]:
         process = self._process
         if process is None or process.poll() is not None:
+            self._kill()
             process = subprocess.Popen(
-                [sys.executable, "-m", "mercato.core.schema_legacy"],
+                [sys.executable, "-m", "mercato.core.schema_child"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
             self._process = process
             assert process.stdout is not None
-            ready = _read_exactly(process.stdout.fileno(), 1, time.monotonic() + 60)
+            try:
+                ready = _read_exactly(process.stdout.fileno(), 1, time.monotonic() + 120)
+            except EOFError:
+                ready = None
             if ready != b"R":
                 self._kill()
-                raise OSError("the validation child process did not start")
+                raise OSError("a schema judging process did not start")
         return process
 
     def _kill(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            process.kill()
+            if process.poll() is None:
+                process.kill()
             process.wait()
             for stream in (process.stdin, process.stdout):
                 if stream is not None:
                     stream.close()
 
-    def judge(self, schema_json: bytes, payload: bytes, seconds: float) -> list[dict[str, str]]:
+    def judge(
+        self, mode: bytes, schema_json: bytes, payload: bytes, seconds: float
+    ) -> list[dict[str, str]]:
         process = self._started()
         assert process.stdin is not None and process.stdout is not None
         try:
-            _write(process.stdin, schema_json)
-            _write(process.stdin, payload)
-            until = time.monotonic() + seconds
+            write_frame(process.stdin, JOB.pack(mode, round(seconds * 1_000_000)))
+            write_frame(process.stdin, schema_json)
+            write_frame(process.stdin, payload)
+            until = time.monotonic() + max(_WALL_FLOOR, seconds * _WALL_FACTOR)
             fd = process.stdout.fileno()
-            head = _read_exactly(fd, _FRAME.size, until)
-            body = None if head is None else _read_exactly(fd, _FRAME.unpack(head)[0], until)
-        except OSError:
-            self._kill()
-            raise
+            head = _read_exactly(fd, FRAME.size, until)
+            body = None if head is None else _read_exactly(fd, FRAME.unpack(head)[0], until)
+        except (OSError, EOFError):
+            body = None  # it died: killed by its CPU timer (SIGPROF), or out of memory
         if body is None:
             self._kill()
             raise TooComplex
         answer = orjson.loads(body)
-        if answer is None:  # the child's recursion overflowed
+        if answer is None:  # its budget ran out, or its recursion overflowed
             raise TooComplex
         return list(answer)
 
 
-_CHILD = _Child()
+class _Children:
+    """`_CHILDREN` judging processes, each used by one thread of a pool at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                for _ in range(_CHILDREN):
+                    self._idle.put(_Child())
+                self._pool = ThreadPoolExecutor(_CHILDREN, thread_name_prefix="mercato-judge")
+            return self._pool
+
+    def judge(
+        self, mode: bytes, schema_json: bytes, payload: bytes, seconds: float
+    ) -> list[dict[str, str]]:
+        child = self._idle.get()  # as many threads as children: one is idle for each
+        try:
+            return child.judge(mode, schema_json, payload, seconds)
+        finally:
+            self._idle.put(child)
+
+
+_children = _Children()
+
+
+async def judge(
+    schema: Any, instance: Any, *, deadline_ms: int, raw: bytes | None = None
+) -> list[dict[str, str]]:
+    """`schema`'s violations by `instance` (whose JSON is `raw` when the caller has it),
+    judged off the event loop within `deadline_ms` of CPU time (`TooComplex` when it cannot
+    be). A schema proven cheap (decision 0435) answers "valid" here, on the loop."""
+    compiled = compile_schema(schema_key(schema))
+    if compiled.proof is not None and compiled.proof(instance):
+        return []
+    payload = orjson.dumps(instance) if raw is None else raw
+    mode = b"P" if compiled.in_child else b"E"
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        _children.pool(),
+        _children.judge,
+        mode,
+        compiled.schema_json,
+        payload,
+        deadline_ms / 1000,
+    )
