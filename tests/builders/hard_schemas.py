@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import update
+
+from builders.catalog import example_contract, facts
+from mercato.catalog import service as catalog
+from mercato.catalog.models import Version
+from mercato.db.runtime import Runtime
+
 CATASTROPHIC = "^(a+)+$"  # Python's `re`: time doubles with each "a" before the "!"
 FAN_OUT_LEVELS = 40  # 2**40 paths through `anyOf`, 3**30 through `oneOf`
 REF_CHAIN = 3_000
@@ -92,3 +99,42 @@ def hard_instance() -> dict[str, Any]:
         "items": unique_objects(44_000),
         "n": 1,
     }
+
+
+def publish_legacy(
+    runtime: Runtime,
+    connection_id: str,
+    *,
+    owner_id: str,
+    service_code: str,
+    request_schema: dict[str, Any],
+) -> str:
+    """A version as published before patterns had to be RE2 (DESIGN.md §7): its draft's row
+    is given the request schema it was accepted with, then it is published (publishing does
+    not check the contract again). Returns its id."""
+    connection = facts(runtime, connection_id)
+    now = runtime.clock.now()
+    with runtime.db.transaction() as session:
+        listing = catalog.create_listing(
+            session,
+            service_code=service_code,
+            display_name="Legacy",
+            description="",
+            owner_id=owner_id,
+            provider_share_bps=7000,
+            now=now,
+        )
+        draft = catalog.create_draft(
+            session,
+            listing_id=listing.id,
+            version="v1",
+            connection=connection,
+            price=10,
+            contract=example_contract(artifactContract=None),
+            now=now,
+        )
+        contract = {**draft.contract, "requestSchema": request_schema}
+        session.execute(update(Version).where(Version.id == draft.id).values(contract=contract))
+        session.expire_all()
+        catalog.publish_version(session, version_id=draft.id, connection=connection, now=now)
+        return draft.id

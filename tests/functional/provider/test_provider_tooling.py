@@ -50,11 +50,16 @@ def test_check_prints_each_check_with_evidence_and_what_to_fix(tmp_path: Path) -
         (["push", "--version", "1", "--price", "2"], "--version"),
         (["push", "--version", "v1", "--price", "0"], "--price"),
         (["push", "--version", "v1", "--price", "2", "--contract", "missing.json"], "--contract"),
+        (["push", "--version", "v1", "--price", "2", "--contract", "not-re2.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2"], "MERCATO_EMAIL"),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, args: list[str], named: str) -> None:
     (tmp_path / "contract.json").write_text(json.dumps(CONTRACT))
+    # A pattern RE2 does not compile is refused before anything is sent (issue 39 item 1).
+    not_re2 = {**CONTRACT, "resultSchema": {"patternProperties": {"^(?!tmp)": {}}}}
+    (tmp_path / "not-re2.json").write_text(json.dumps(not_re2))
+    args = [str(tmp_path / a) if a == "not-re2.json" else a for a in args]
     if args[0] == "push":
         args = [*args, "--service-code", "acme.tool", "--connection", "pcon_x"]
         if "--contract" not in args:

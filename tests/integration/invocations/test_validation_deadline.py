@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
-from builders.catalog import example_contract, facts, publish
-from builders.hard_schemas import HARD_SCHEMAS, TOO_COMPLEX, hard_instance, regex_schema
+from builders.catalog import example_contract, publish
+from builders.hard_schemas import (
+    HARD_SCHEMAS,
+    TOO_COMPLEX,
+    hard_instance,
+    publish_legacy,
+    regex_schema,
+)
 from builders.invocation_world import World
 from builders.invocations import ok
-from mercato.catalog import service as catalog
 from mercato.catalog.legacy_patterns import list_legacy_pattern_versions
-from mercato.catalog.models import Version
 from mercato.providers.models import ProviderConnection
 
 
@@ -91,39 +95,6 @@ def test_a_result_that_cannot_be_judged_in_time_is_a_contract_violation_and_rele
     assert world.ledger_balanced()
 
 
-def _legacy(world: World, service: str, request_schema: dict[str, Any]) -> None:
-    """A version as published before the RE2 rule: its draft's row is given the schema it was
-    accepted with, then it is published (publishing does not check the contract again)."""
-    with world.runtime.db.read() as session:
-        connection_id = session.scalars(select(ProviderConnection.id)).one()
-    connection = facts(world.runtime, connection_id)
-    now = world.runtime.clock.now()
-    with world.runtime.db.transaction() as session:
-        listing = catalog.create_listing(
-            session,
-            service_code=service,
-            display_name="Legacy",
-            description="",
-            owner_id=world.provider_id,
-            provider_share_bps=7000,
-            now=now,
-        )
-        draft = catalog.create_draft(
-            session,
-            listing_id=listing.id,
-            version="v1",
-            connection=connection,
-            price=10,
-            contract=example_contract(artifactContract=None),
-            now=now,
-        )
-        contract = dict(draft.contract)
-        contract["requestSchema"] = request_schema
-        session.execute(update(Version).where(Version.id == draft.id).values(contract=contract))
-        session.expire_all()
-        catalog.publish_version(session, version_id=draft.id, connection=connection, now=now)
-
-
 def test_a_version_published_before_the_rule_keeps_pythons_engine_under_the_deadline(
     world: World,
 ) -> None:
@@ -134,7 +105,15 @@ def test_a_version_published_before_the_rule_keeps_pythons_engine_under_the_dead
             "text": {"type": "string", "pattern": "^(a+)+(?!b)$"},
         },
     }
-    _legacy(world, "acme.legacy", schema)
+    with world.runtime.db.read() as session:
+        connection_id = session.scalars(select(ProviderConnection.id)).one()
+    publish_legacy(
+        world.runtime,
+        connection_id,
+        owner_id=world.provider_id,
+        service_code="acme.legacy",
+        request_schema=schema,
+    )
     world.provider.script(ok({"echo": 1}))
     accepted = world.invoke({"code": "AB\u0663"}, service="acme.legacy", key="l1")
     assert accepted.status_code == 200, accepted.text  # Python's \\d, as it was accepted with
