@@ -10,11 +10,13 @@ The parent then answers `TooComplex` and starts another.
 
 Frames on stdin and stdout are a 4-byte big-endian length and that many bytes. In: the job
 (mode and budget in µs), the schema (JSON), the instance (JSON). Out: the JSON list of
-violations, or `null` when the budget ran out or the recursion overflowed. `R` once when ready.
+violations, or `null` when the budget ran out, the recursion overflowed or the memory (2 GiB of
+address space) ran out. `R` once when ready.
 """
 
 from __future__ import annotations
 
+import resource
 import signal
 import sys
 from functools import lru_cache
@@ -57,12 +59,20 @@ def _judge(mode: bytes, schema_json: bytes, instance: Any, seconds: float) -> An
             return judge_here(compile_schema(schema_json), instance, seconds)
         except PatternRefused:  # RE2 refuses a pattern: Python's engine, under the timer
             return errors_of(_plain(schema_json), instance)
-    except (TooComplex, RecursionError):
+    except (TooComplex, RecursionError, MemoryError):
         return None
+
+
+# What one judgement may allocate: an error tree grown by fan-out is cut off here (a
+# MemoryError is "too complex") rather than by the machine's OOM killer.
+MAX_ADDRESS_SPACE = 2 << 30
 
 
 def main() -> None:
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # its default action ends the process
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard == resource.RLIM_INFINITY or hard > MAX_ADDRESS_SPACE:
+        resource.setrlimit(resource.RLIMIT_AS, (MAX_ADDRESS_SPACE, hard))
     source, sink = sys.stdin.buffer, sys.stdout.buffer
     sink.write(b"R")
     sink.flush()

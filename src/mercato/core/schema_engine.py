@@ -436,6 +436,12 @@ def _read_exactly(fd: int, size: int, until: float) -> bytes | None:
     return bytes(chunks)
 
 
+def _child_environment() -> dict[str, str]:
+    """The child's environment: the parent's without Mercato's settings (it needs none, and
+    secrets such as the encryption key stay in the processes that use them)."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith("MERCATO_")}
+
+
 class _Child:
     """One judging process (`python -m mercato.core.schema_child`), used by one thread at a
     time; killed and replaced when it overruns or dies."""
@@ -452,6 +458,7 @@ class _Child:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
+                env=_child_environment(),
             )
             self._process = process
             assert process.stdout is not None
