@@ -169,10 +169,12 @@ def _address(target: DispatchTarget, settings: Settings) -> Address:
 # --- validation --------------------------------------------------------------------------
 
 
-async def _judged(runtime: Runtime, schema: dict[str, Any], instance: Any) -> list[dict[str, str]]:
+async def _judged(
+    runtime: Runtime, schema: dict[str, Any], instance: Any, raw: bytes | None = None
+) -> list[dict[str, str]]:
     """`schema_engine.judge` under the validation deadline (`TooComplex` beyond it)."""
     deadline = runtime.settings.validation_deadline_ms
-    return await schema_engine.judge(schema, instance, deadline_ms=deadline)
+    return await schema_engine.judge(schema, instance, deadline_ms=deadline, raw=raw)
 
 
 async def _check_body(runtime: Runtime, body: bytes, version: catalog.InvocableVersion) -> None:
@@ -200,7 +202,7 @@ async def _check_body(runtime: Runtime, body: bytes, version: catalog.InvocableV
             errors=[{"pointer": "", "detail": "must be a non-empty object"}],
         )
     try:
-        errors = await _judged(runtime, version.contract.get("requestSchema", {}), payload)
+        errors = await _judged(runtime, version.contract.get("requestSchema", {}), payload, body)
     except schema_engine.TooComplex:
         raise RequestTooComplex(
             "The body cannot be judged against the request schema within "
