@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     default_quota_window_seconds: int = Field(default=60, ge=1)
 
     provider_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Judging a body or a result against its schema stops after this much of the judging
+    # thread's CPU time: 422 REQUEST_TOO_COMPLEX, or a contract violation (decision 0515).
+    validation_deadline_ms: int = Field(default=200, ge=1, le=60_000)
     redispatch_attempts: int = Field(default=3, ge=1)
     idempotency_lease_seconds: int = Field(default=30, ge=1)
     # A call still unknown after this many reconciliations, or this long after acceptance, is

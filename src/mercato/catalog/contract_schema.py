@@ -3,7 +3,8 @@
 `CONTRACT_SCHEMA` is what `GET /v1/schemas/contract` serves and what docs/provider-guide.md
 describes: the members a provider writes (spec 2.2 without serviceCode, version and the digests,
 which Mercato computes). `contract_errors` names every bad member by JSON pointer, including each
-bad keyword inside the three embedded schemas, which must be valid JSON Schema 2020-12.
+bad keyword inside the three embedded schemas, which must be valid JSON Schema 2020-12 whose
+`pattern`s and `patternProperties` keys RE2 compiles.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from mercato.core.schema_engine import pattern_problems
 from mercato.protocol.manifest import DIGEST_ALGORITHM, MANIFEST_MEMBER, MAX_MANIFEST_ENTRIES
 from mercato.protocol.wire import ARTIFACTS_PATH_PREFIX
 
@@ -133,10 +135,12 @@ def _schema_errors(name: str, schema: dict[str, Any]) -> list[dict[str, str]]:
     dialect = schema.get("$schema", DIALECT)
     if dialect != DIALECT:
         return [{"pointer": pointer(name, "$schema"), "detail": f"must be {DIALECT}"}]
-    return [
+    found = [
         {"pointer": pointer(name, *e.absolute_path), "detail": e.message[:300]}
         for e in _META_VALIDATOR.iter_errors(schema)
     ]
+    # Patterns are RE2: linear time whatever the string (DESIGN.md §7, decision 0515).
+    return found + pattern_problems(schema, (name,))
 
 
 def contract_errors(raw: Any) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""`mercato admin publish`, `hold` and `release-hold`."""
+"""`mercato admin publish`, `hold`, `release-hold` and `legacy-patterns`."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from mercato.catalog.errors import (
     InvalidVersionLabel,
     ListingNotFound,
 )
+from mercato.catalog.legacy_patterns import list_legacy_pattern_versions
 from mercato.cli.commands_core import runtime_from_env
 from mercato.cli.framework import WholeNumber, command, json_option
-from mercato.cli.output import Naming, argument_errors, emit
+from mercato.cli.output import Naming, argument_errors, emit, table
 from mercato.core.errors import MercatoError, ValidationFailed
 from mercato.providers.errors import ConnectionNotFound
 
@@ -29,7 +30,7 @@ OPERATOR = "operator:cli"
 
 
 def register(_top: click.Group, admin: click.Group) -> None:
-    for handler in (cmd_publish, cmd_hold, cmd_release_hold):
+    for handler in (cmd_publish, cmd_hold, cmd_release_hold, cmd_legacy_patterns):
         admin.add_command(handler)
 
 
@@ -168,4 +169,26 @@ def cmd_release_hold(hold_id: str, as_json: bool) -> int:
             session, hold_id=hold_id, released_by=OPERATOR, now=runtime.clock.now()
         )
     emit({"holdId": hold_id}, as_json=as_json, text=f"released hold {hold_id}")
+    return 0
+
+
+@command("legacy-patterns", help="list versions whose contract has a pattern RE2 refuses")
+@json_option()
+def cmd_legacy_patterns(as_json: bool) -> int:
+    """Versions accepted before patterns had to be RE2: they keep Python's engine, run off the
+    loop under the validation deadline (decision 0516)."""
+    runtime = runtime_from_env()
+    try:
+        with runtime.db.read() as session:
+            items = list_legacy_pattern_versions(session)
+    finally:
+        runtime.db.dispose()
+    if as_json:
+        emit({"items": [v.to_json() for v in items]}, as_json=True)
+        return 0
+    table(
+        ("VERSION", "SERVICE", "LABEL", "STATE", "PATTERNS"),
+        ((v.version_id, v.service_code, v.version, v.state, " ".join(v.pointers)) for v in items),
+        empty="no version has a pattern RE2 refuses",
+    )
     return 0

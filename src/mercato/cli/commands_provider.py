@@ -16,6 +16,7 @@ from typing import Any
 import click
 import httpx
 
+from mercato.catalog.contract_schema import SCHEMA_MEMBERS
 from mercato.catalog.contracts import parse_version_label
 from mercato.cli.framework import MercatoCommand, MercatoGroup, WholeNumber, json_option
 from mercato.cli.output import EXIT_FAILURE, EXIT_OK, BadArgument, emit
@@ -23,6 +24,7 @@ from mercato.cli.provider_project import project_files
 from mercato.conformance.advice import fix_for
 from mercato.conformance.runner import run_conformance
 from mercato.core.errors import ValidationFailed
+from mercato.core.schema_engine import pattern_problems
 from mercato.dispatch.client import ProviderClient
 from mercato.providers.addresses import check_base_url
 from mercato.providers.schemas import DispatchTarget
@@ -128,6 +130,12 @@ def _contract(path_text: str) -> dict[str, Any]:
         raise BadArgument("--contract", f"{path_text} is not JSON ({exc})") from None
     if not isinstance(loaded, dict):
         raise BadArgument("--contract", f"{path_text} must hold a JSON object")
+    # A pattern RE2 refuses is refused here too, before anything is sent (decision 0515).
+    refused = [e for name in SCHEMA_MEMBERS for e in pattern_problems(loaded.get(name), (name,))]
+    if refused:
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise BadArgument("--contract", f"{path_text}: {first['pointer']} {first['detail']}{more}")
     return loaded
 
 

@@ -60,6 +60,7 @@ ADMIN_COMMANDS: dict[str, str] = {
     "publish": "commands_catalog",
     "hold": "commands_catalog",
     "release-hold": "commands_catalog",
+    "legacy-patterns": "commands_catalog",
     "set-quota": "commands_invocations",
     "decide-dispute": "commands_cases",
     "decide-report": "commands_cases",

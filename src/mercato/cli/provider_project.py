@@ -1,7 +1,9 @@
 """The files `mercato provider init DIR` writes: a working provider project on the SDK.
 
 The handler is the `plain-json` contract template's service (text in; the text and its length
-out); the test starts the app on a loopback socket and runs `mercato provider check` against it.
+out); the test checks the contract and the examples' results with the platform's own contract
+check and schema engine (decision 0517), starts the app on a loopback socket and runs
+`mercato provider check` against it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,13 @@ if __name__ == "__main__":
 '''
 
 TEST_PY = '''\
-"""Run the platform's nine conformance checks against this provider: pytest test_provider.py"""
+"""This provider as the platform will see it: pytest test_provider.py
+
+The contract is checked as submission checks it, the examples' requests and results are judged
+by the platform's own schema engine (RE2 patterns, as the platform runs them), and the nine
+conformance checks run against the service. These tests use the `mercato` platform package
+(its `mercato` command and its checks), not only the provider SDK.
+"""
 
 from __future__ import annotations
 
@@ -61,12 +69,32 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
+import pytest
 import uvicorn
 
-from provider import build_app
+from mercato.catalog.contract_schema import contract_errors
+from mercato.core.schema_engine import schema_errors
+from mercato.provider import Success
+from provider import build_app, handle
 
 CREDENTIAL = "test-credential-0123456789abcdef"
+CONTRACT = json.loads((Path(__file__).parent / "contract.json").read_text(encoding="utf-8"))
+# Requests the service must accept: add your own.
+EXAMPLES: list[dict[str, Any]] = [{"text": "hello"}, {"text": "\u00e9" * 1000}]
+
+
+def test_the_contract_is_one_the_platform_accepts() -> None:
+    assert contract_errors(CONTRACT) == []
+
+
+@pytest.mark.parametrize("payload", EXAMPLES)
+def test_each_example_and_its_result_keep_the_contract(payload: dict[str, Any]) -> None:
+    assert schema_errors(CONTRACT["requestSchema"], payload) == []
+    answer = handle(payload)
+    assert isinstance(answer, Success)
+    assert schema_errors(CONTRACT["resultSchema"], answer.result_json()) == []
 
 
 def test_the_nine_conformance_checks_pass(tmp_path: Path) -> None:
@@ -101,7 +129,8 @@ README_MD = """\
 
 - `provider.py`: the service, on the `mercato.provider` SDK.
 - `contract.json`: what the service promises; `mercato provider push` sends it for review.
-- `test_provider.py`: runs the platform's nine conformance checks against the service.
+- `test_provider.py`: checks the contract and the examples' results with the platform's own
+  checks, and runs the platform's nine conformance checks against the service.
 
     pytest test_provider.py
     PROVIDER_CREDENTIAL=... python provider.py

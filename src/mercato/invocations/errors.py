@@ -42,6 +42,11 @@ class RequestSchemaViolation(ValidationFailed):
     title = "The request body does not match the version's request schema"
 
 
+class RequestTooComplex(ValidationFailed):
+    code = "REQUEST_TOO_COMPLEX"
+    title = "The request body cannot be judged against the request schema within the deadline"
+
+
 class ProviderDefinedFailure(ValidationFailed):
     code = "PROVIDER_DEFINED_FAILURE"
     title = "The provider reported a defined failure"

@@ -18,12 +18,10 @@ import datetime as dt
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from random import Random
 from typing import Any, TypeVar
 
 import orjson
-from jsonschema import validators
 from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -31,6 +29,7 @@ from mercato.accounts import service as accounts
 from mercato.accounts.errors import KeyDisproved
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
+from mercato.core import schema_engine
 from mercato.core.errors import MercatoError, Unauthenticated
 from mercato.core.frozen import set_through_slots
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
@@ -43,6 +42,7 @@ from mercato.invocations.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
     RequestSchemaViolation,
+    RequestTooComplex,
     RequestTooLarge,
 )
 from mercato.invocations.failpoints import AFTER_ACCEPT, AFTER_SEND, BEFORE_ACCEPT, BEFORE_SETTLE
@@ -54,7 +54,6 @@ from mercato.invocations.schemas import (
     State,
 )
 from mercato.invocations.service import Job
-from mercato.invocations.validation import Check, fast_valid
 from mercato.ledger.errors import InsufficientPoints
 from mercato.protocol import Outcome
 from mercato.providers import service as providers
@@ -65,7 +64,6 @@ from mercato.quotas.errors import RateLimitExceeded
 from mercato.quotas.schemas import Policy, QuotaStatus
 from mercato.settings import Settings
 
-_MAX_SCHEMA_ERRORS = 20
 _TX_ATTEMPTS = 5
 _RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock, serialization failure
 T = TypeVar("T")
@@ -171,35 +169,15 @@ def _address(target: DispatchTarget, settings: Settings) -> Address:
 # --- validation --------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=512)
-def _validator(schema_json: bytes) -> tuple[Any, Check | None]:
-    """The schema's validator, and its proof of validity when it has one (decision 0435)."""
-    schema = orjson.loads(schema_json)
-    cls = validators.validator_for(schema)
-    validator = cls(schema)
-    return validator, fast_valid(validator)
+async def _judged(
+    runtime: Runtime, schema: dict[str, Any], instance: Any, raw: bytes | None = None
+) -> list[dict[str, str]]:
+    """`schema_engine.judge` under the validation deadline (`TooComplex` beyond it)."""
+    deadline = runtime.settings.validation_deadline_ms
+    return await schema_engine.judge(schema, instance, deadline_ms=deadline, raw=raw)
 
 
-def _pointer(path: Any) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
-def schema_errors(schema: dict[str, Any], instance: Any) -> list[dict[str, str]]:
-    """JSON-pointer located violations of `schema` by `instance` (empty when valid)."""
-    # Keyed by the schema's bytes with sorted members: as good a key as canonical JSON here,
-    # at a fraction of its cost (every invoke checks a request and a result).
-    validator, proven = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
-    if proven is not None and proven(instance):
-        return []  # valid for certain: `iter_errors` would find nothing
-    found = []
-    for error in validator.iter_errors(instance):
-        found.append({"pointer": _pointer(error.absolute_path), "detail": error.message[:300]})
-        if len(found) >= _MAX_SCHEMA_ERRORS:
-            break
-    return sorted(found, key=lambda e: e["pointer"])
-
-
-def _check_body(body: bytes, version: catalog.InvocableVersion) -> None:
+async def _check_body(runtime: Runtime, body: bytes, version: catalog.InvocableVersion) -> None:
     if len(body) > version.request_max_bytes:
         raise RequestTooLarge(
             f"The body is {len(body)} bytes; this version accepts at most "
@@ -223,7 +201,14 @@ def _check_body(body: bytes, version: catalog.InvocableVersion) -> None:
             "The body must be a non-empty JSON object.",
             errors=[{"pointer": "", "detail": "must be a non-empty object"}],
         )
-    errors = schema_errors(version.contract.get("requestSchema", {}), payload)
+    try:
+        errors = await _judged(runtime, version.contract.get("requestSchema", {}), payload, body)
+    except schema_engine.TooComplex:
+        raise RequestTooComplex(
+            "The body cannot be judged against the request schema within "
+            f"{runtime.settings.validation_deadline_ms} ms.",
+            errors=[{"pointer": "", "detail": "too complex to judge within the deadline"}],
+        ) from None
     if errors:
         raise RequestSchemaViolation("The body does not match the request schema.", errors=errors)
 
@@ -478,7 +463,7 @@ async def _accept(
     served = prepared.served
     if not target.approved:
         raise ProviderNotApproved("The provider connection of this version is not approved.")
-    _check_body(request.body, version)
+    await _check_body(runtime, request.body, version)
 
     invocation_id = runtime.ids.new("inv")
     owner = runtime.ids.new("lease")
@@ -682,7 +667,10 @@ async def conclude(
     if classified.outcome is Outcome.SUCCEEDED and envelope is not None:
         result = envelope.result or {}
         manifest: list[dict[str, Any]] | None = None
-        valid = not schema_errors(job.result_schema, result)
+        try:
+            valid = not await _judged(runtime, job.result_schema, result)
+        except schema_engine.TooComplex:
+            valid = False  # a result that cannot be judged in time is a contract violation
         if valid and job.has_artifact_contract:
             manifest, valid = _valid_manifest(result)
         if not valid:

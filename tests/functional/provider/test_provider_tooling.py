@@ -4,6 +4,8 @@ pointed contract errors, create-or-update-then-submit, and one-line refusals of 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,11 +52,16 @@ def test_check_prints_each_check_with_evidence_and_what_to_fix(tmp_path: Path) -
         (["push", "--version", "1", "--price", "2"], "--version"),
         (["push", "--version", "v1", "--price", "0"], "--price"),
         (["push", "--version", "v1", "--price", "2", "--contract", "missing.json"], "--contract"),
+        (["push", "--version", "v1", "--price", "2", "--contract", "not-re2.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2"], "MERCATO_EMAIL"),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, args: list[str], named: str) -> None:
     (tmp_path / "contract.json").write_text(json.dumps(CONTRACT))
+    # A pattern RE2 does not compile is refused before anything is sent (issue 39 item 1).
+    not_re2 = {**CONTRACT, "resultSchema": {"patternProperties": {"^(?!tmp)": {}}}}
+    (tmp_path / "not-re2.json").write_text(json.dumps(not_re2))
+    args = [str(tmp_path / a) if a == "not-re2.json" else a for a in args]
     if args[0] == "push":
         args = [*args, "--service-code", "acme.tool", "--connection", "pcon_x"]
         if "--contract" not in args:
@@ -152,3 +159,30 @@ def test_push_creates_updates_and_submits_through_the_provider_api(
         ("DRAFT", "SUBMITTED"),
         ("SUBMITTED", "SUBMITTED"),
     ]
+
+
+def test_the_generated_test_judges_with_the_platforms_own_checks(tmp_path: Path) -> None:
+    """Issue 39 item 1: `mercato provider init`'s test uses the platform's contract check and
+    schema engine (decision 0517): a pattern RE2 does not compile, or a result the handler
+    gives that its schema refuses, fails it before anything is pushed."""
+    env = platform_env("sqlite:///unused.db", tmp_path)
+    project = tmp_path / "project"
+    assert mercato("provider", "init", str(project), env=env).returncode == 0
+    contract = json.loads((project / "contract.json").read_text())
+    contract["requestSchema"]["properties"]["text"]["pattern"] = "^(?!\\s)"
+    contract["resultSchema"]["properties"]["length"]["maximum"] = 3
+    (project / "contract.json").write_text(json.dumps(contract))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "contract"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "3 failed" in done.stdout, done.stdout
+    assert "/requestSchema/properties/text/pattern" in done.stdout
+    assert "not an RE2 pattern" in done.stdout
+    assert "/length" in done.stdout  # the handler's result for "hello" has length 5 > 3

@@ -489,3 +489,51 @@ def test_the_operators_one_step_publish_is_kept_as_operator_steps(runtime: Runti
         ("DRAFT", "PUBLISHED", "operator"),
     ]
     assert owner_id
+
+
+def test_a_pattern_re2_does_not_compile_is_refused_by_pointer_and_stores_nothing(
+    api: Api,
+) -> None:
+    """Issue 39 item 1: patterns are RE2 (linear time); `^(a+)+$` is, a back-reference, a
+    lookahead or a program too big are not (DESIGN.md §7)."""
+    connection_id = api.connect()
+    version_id = api.draft(connection_id, version="v1")
+    before = api.stored(version_id)
+    linear = {
+        **CONTRACT,
+        "requestSchema": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}},
+        },
+    }
+    bad = {
+        **CONTRACT,
+        "requestSchema": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": "^(\\w)\\1$"}},
+            "$defs": {"big": {"pattern": "(x{1000}){1000}"}},
+        },
+        "resultSchema": {"type": "object", "patternProperties": {"^(?!tmp)": {}}},
+    }
+    for method, path in (
+        ("POST", "/v1/provider/listings/acme.tool/versions"),
+        ("PUT", f"/v1/provider/versions/{version_id}"),
+    ):
+        body: dict[str, Any] = {"contract": bad}
+        if method == "POST":
+            body.update(version="v2", connectionId=connection_id, price=3)
+        refused = api.call(PROVIDER, method, path, body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "INVALID_CONTRACT"
+        errors = refused.json()["errors"]
+        assert [e["pointer"] for e in errors] == [
+            "/requestSchema/$defs/big/pattern",
+            "/requestSchema/properties/code/pattern",
+            "/resultSchema/patternProperties/^(?!tmp)",
+        ]
+        assert all("not an RE2 pattern" in e["detail"] for e in errors)
+    listing = api.call(PROVIDER, "GET", "/v1/provider/listings/acme.tool/versions").json()
+    assert [v["version"] for v in listing["versions"]] == ["v1"]
+    assert api.stored(version_id) == before
+    put = api.call(PROVIDER, "PUT", f"/v1/provider/versions/{version_id}", {"contract": linear})
+    assert put.status_code == 200, put.text

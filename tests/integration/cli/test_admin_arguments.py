@@ -20,6 +20,7 @@ from sqlalchemy import select, text
 
 from builders.accounts import make_account
 from builders.catalog import SERVICE_CODE, example_contract, make_provider, publish
+from builders.hard_schemas import publish_legacy
 from mercato.cli.main import build_cli, main
 from mercato.db.base import Base
 from mercato.db.runtime import Runtime
@@ -95,12 +96,15 @@ def world(runtime: Runtime, tmp_path: Path) -> dict[str, str]:
     publish(runtime, connection_id)
     contract = tmp_path / "contract.json"
     contract.write_text(json.dumps(example_contract()))
+    not_re2 = tmp_path / "not-re2.json"
+    not_re2.write_text(json.dumps(example_contract(requestSchema={"pattern": "(a)\\1"})))
     not_json = tmp_path / "not-json.json"
     not_json.write_text("{ not json")
     return {
         "conn": connection_id,
         "contract": str(contract),
         "not_json": str(not_json),
+        "not_re2": str(not_re2),
         "missing": str(tmp_path / "missing.json"),
         "dir": str(tmp_path),
     }
@@ -140,6 +144,7 @@ def _cases(world: dict[str, str]) -> list[tuple[list[str], str]]:
         (["set-quota", EMAIL, *_QUOTA, "--limit", str(2**31)], "--limit"),
         (_publish(world, **{"--contract": world["missing"]}), "--contract"),
         (_publish(world, **{"--contract": world["not_json"]}), "--contract"),
+        (_publish(world, **{"--contract": world["not_re2"]}), "--contract"),
         (_publish(world, **{"--contract": world["dir"]}), "--contract"),
         (_publish(world, **{"--contract": "/dev/zero"}), "--contract"),
         (_publish(world, **{"--connection": "conn_unknown"}), "--connection"),
@@ -177,9 +182,10 @@ def test_every_bad_argument_exits_2_naming_it_and_writes_nothing(
     admin: Admin, world: dict[str, str], db: Database
 ) -> None:
     cases = _cases(world)
-    assert {argv[0] for argv, _ in cases} | {"verify-ledger", "stuck-invocations"} == set(
-        _admin_commands()
-    ), "every admin command needs its bad-argument cases here"
+    listings = {"verify-ledger", "stuck-invocations", "legacy-patterns"}
+    assert {argv[0] for argv, _ in cases} | listings == set(_admin_commands()), (
+        "every admin command needs its bad-argument cases here"
+    )
     before = _snapshot(db)
     for argv, argument in cases:
         _assert_refused(admin(*argv), argument)
@@ -256,3 +262,36 @@ def test_unlock_lifts_the_throttle_and_says_so(admin: Admin, runtime: Runtime) -
         )
         left = session.execute(text("SELECT count(*) FROM login_attempts")).scalar_one()
     assert left == settings.login_attempts_per_window  # the address's own count stays
+
+
+def test_legacy_patterns_lists_the_versions_whose_patterns_re2_refuses(
+    admin: Admin, runtime: Runtime
+) -> None:
+    """Issue 39 item 1 (DESIGN.md §7): staff see the versions published before patterns had to
+    be RE2, which keep Python's engine."""
+    code, out, err = admin("legacy-patterns")
+    assert (code, out.strip(), err) == (0, "no version has a pattern RE2 refuses", "")
+    owner, connection_id = make_provider(runtime)
+    publish(runtime, connection_id)  # RE2 patterns only: not listed
+    version_id = publish_legacy(
+        runtime,
+        connection_id,
+        owner_id=owner,
+        service_code="acme.legacy",
+        request_schema={"properties": {"a": {"pattern": "^(?=x)"}, "b": {"pattern": "^x$"}}},
+    )
+    code, out, err = admin("legacy-patterns", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "items": [
+            {
+                "versionId": version_id,
+                "serviceCode": "acme.legacy",
+                "version": "v1",
+                "state": "PUBLISHED",
+                "pointers": ["/requestSchema/properties/a/pattern"],
+            }
+        ]
+    }
+    code, out, _ = admin("legacy-patterns")
+    assert code == 0 and "acme.legacy" in out and "/requestSchema/properties/a/pattern" in out

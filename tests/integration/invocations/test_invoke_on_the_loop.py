@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from builders.invocation_world import World
 from builders.invocations import ok
+from mercato.core import schema_engine
 from mercato.dispatch.port import PerLoopProvider
-from mercato.invocations import flows
 from mercato.web.app import create_app
 
 
@@ -82,7 +82,7 @@ def test_the_invoke_runs_on_the_serving_loop_and_builds_nothing_per_request(
     provider = runtime.async_provider
     assert isinstance(provider, PerLoopProvider)
     assert provider.made == 0  # nothing is opened before the loop runs
-    flows._validator.cache_clear()
+    schema_engine.compile_schema.cache_clear()
 
     with TestClient(app, raise_server_exceptions=False) as client:
         loop, loop_thread = client.portal.call(_serving_loop)
@@ -112,7 +112,7 @@ def test_the_invoke_runs_on_the_serving_loop_and_builds_nothing_per_request(
         # Made once: one provider client for the process's loop, one validator per schema
         # (the request's and the result's), whatever the number of calls.
         assert provider.made == 1
-        assert flows._validator.cache_info().misses == 2
+        assert schema_engine.compile_schema.cache_info().misses == 2
         assert sum(world.provider.executions.values()) == 3
         client.portal.call(setattr, limiter, "total_tokens", 40)
 

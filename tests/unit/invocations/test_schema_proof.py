@@ -1,5 +1,5 @@
 """`validation.fast_valid` (decision 0435): it vouches only for instances `jsonschema` finds no
-error in, so `flows.schema_errors` reports exactly what `iter_errors` reports."""
+error in, so `schema_engine.schema_errors` reports exactly what `iter_errors` reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import FormatChecker, TypeChecker, validators
 
-from mercato.invocations import flows
-from mercato.invocations.validation import fast_valid
+from mercato.core import schema_engine
+from mercato.core.schema_proof import fast_valid
 
 _DRAFTS = [
     None,
@@ -55,16 +55,35 @@ def _schemas(depth: int) -> st.SearchStrategy[Any]:
         "required": st.lists(_NAMES, max_size=3),
         "additionalProperties": st.booleans() | sub,
         "format": st.sampled_from(["email", "date-time"]),
+        "minLength": st.integers(0, 3),
+        "maxLength": st.integers(0, 3),
+        "minimum": st.integers(-5, 5) | st.sampled_from([0.5, -2.0]),
+        "maximum": st.integers(-5, 5) | st.sampled_from([0.5, 2**70]),
+        "exclusiveMinimum": st.integers(-5, 5),
+        "exclusiveMaximum": st.sampled_from([0, 1.5, 3]),
+        "minItems": st.integers(0, 3),
+        "maxItems": st.integers(0, 3),
+        "minProperties": st.integers(0, 3),
+        "maxProperties": st.integers(0, 3),
+        "items": sub,
+        "enum": st.lists(
+            st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([1.0, 0.0, "a", ""]),
+            max_size=3,
+        ),
         "title": st.text(max_size=3),
         "x-note": st.integers(),
     }
     # Keywords it does not prove, and odd values of the ones it does: never vouched for.
     rare: dict[str, st.SearchStrategy[Any]] = {
         "enum": st.lists(_json, max_size=3),
-        "minimum": st.integers(-5, 5),
+        "minimum": st.booleans() | st.just("5"),
+        "minLength": st.just(1.5),
+        "items": st.just(False) | st.lists(sub, max_size=2),
+        "prefixItems": st.lists(sub, max_size=2),
+        "uniqueItems": st.booleans(),
+        "const": _json,
         "pattern": st.just("^a"),
         "$ref": st.just("#"),
-        "items": sub,
         "type": st.sampled_from(["any", "float"]) | st.integers(),
         "required": st.booleans() | st.just("ab"),
         "additionalProperties": st.integers(0, 1) | st.none(),
@@ -83,13 +102,13 @@ def _schemas(depth: int) -> st.SearchStrategy[Any]:
 
 
 def _reference(schema: Any, instance: Any) -> list[dict[str, str]]:
-    """`flows.schema_errors` as it was before the proof: `iter_errors`, always."""
+    """`schema_engine.schema_errors` as it was before the proof: `iter_errors`, always."""
     key = orjson.loads(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     validator = validators.validator_for(key)(key)
     found = []
     for error in validator.iter_errors(instance):
         found.append(
-            {"pointer": flows._pointer(error.absolute_path), "detail": error.message[:300]}
+            {"pointer": schema_engine._pointer(error.absolute_path), "detail": error.message[:300]}
         )
         if len(found) >= 20:
             break
@@ -106,7 +125,9 @@ def _outcome(check: Any, *args: Any) -> Any:
 @settings(max_examples=600, deadline=None)
 @given(schema=_schemas(2), instance=_instances)
 def test_errors_are_jsonschemas(schema: Any, instance: Any) -> None:
-    assert _outcome(flows.schema_errors, schema, instance) == _outcome(_reference, schema, instance)
+    assert _outcome(schema_engine.schema_errors, schema, instance) == _outcome(
+        _reference, schema, instance
+    )
 
 
 @settings(max_examples=600, deadline=None)
@@ -133,20 +154,49 @@ def test_the_common_schemas_have_a_proof() -> None:
     assert not proof({"job": "x", "other": 1})
 
 
+def test_bounds_items_and_scalar_enums_have_a_proof() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "minLength": 1, "maxLength": 3},
+            "n": {"type": "number", "minimum": 0, "exclusiveMaximum": 10},
+            "tags": {"type": "array", "maxItems": 2, "items": {"enum": ["a", 1, None]}},
+        },
+        "minProperties": 1,
+    }
+    proof = fast_valid(validators.validator_for(schema)(schema))
+    assert proof is not None
+    assert proof({"text": "abc", "n": 9.5, "tags": ["a", 1.0]})
+    for wrong in (
+        {},
+        {"text": ""},
+        {"text": "abcd"},
+        {"n": 10},
+        {"n": -1},
+        {"tags": ["a", "a", "a"]},
+        {"tags": [True]},  # a boolean is not 1
+        {"tags": [[]]},
+    ):
+        assert not proof(wrong), wrong
+        assert _reference(schema, wrong) != []
+
+
 def test_draft4_integers_are_draft4s() -> None:
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
     validator = validators.validator_for(schema)(schema)
     proof = fast_valid(validator)
     assert proof is not None
     assert not proof(1.0)
-    assert flows.schema_errors(schema, 1.0) == _reference(schema, 1.0) != []
+    assert schema_engine.schema_errors(schema, 1.0) == _reference(schema, 1.0) != []
     later = {"type": "integer"}
     assert fast_valid(validators.validator_for(later)(later))(1.0)  # type: ignore[misc]
 
 
 def test_no_proof_for_what_it_does_not_know() -> None:
     for schema in (
-        {"enum": [1]},
+        {"enum": [[1]]},
+        {"items": False},
+        {"minimum": True},
         {"$ref": "#"},
         {"type": "any"},
         {"properties": {"a": False}},

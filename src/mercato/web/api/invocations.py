@@ -28,6 +28,7 @@ from mercato.invocations.errors import (
     ProviderDefinedFailure,
     ProviderUnavailable,
     RequestSchemaViolation,
+    RequestTooComplex,
     RequestTooLarge,
 )
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
@@ -171,6 +172,7 @@ _INVOKE_ERRORS = (
     RequestTooLarge,
     IdempotencyKeyReused,
     RequestSchemaViolation,
+    RequestTooComplex,
     ProviderDefinedFailure,
     RateLimitExceeded,
     ProviderContractViolation,

@@ -12,7 +12,11 @@ A schema gets a proof only when every keyword its draft validates is one of `typ
 JSON types), `properties`, `required` (a list of names), `additionalProperties` (a boolean or
 a schema of the same kind) and `format` (asserted by `jsonschema` only with a format checker,
 which the engine's validators do not have), nested the same way; keywords the draft does not
-know are ignored by both. Any other (`$ref`, `enum`, `pattern`, `minimum`, …) means no proof.
+know are ignored by both. Bounds are proven too, each only where the draft's keyword function
+is draft 2020-12's (decision 0515): `minLength`/`maxLength`, `minimum`/`maximum`/
+`exclusiveMinimum`/`exclusiveMaximum` (numbers), `minItems`/`maxItems`,
+`minProperties`/`maxProperties` (integers), `items` (one schema, no `prefixItems`) and `enum`
+of scalars. Any other (`$ref`, `pattern`, `uniqueItems`, …) means no proof.
 A checked value proves its type only when it is exactly a JSON type (dict, list, str, int,
 float, bool, None: what `orjson.loads` makes), and the type checks are the draft's own, taken
 from its type checker and confirmed on sample values when the proof is built; a value of any
@@ -25,16 +29,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import _keywords
+from jsonschema import Draft202012Validator
 
 Check = Callable[[Any], bool]
 
+# The draft's own implementations of the keywords proven (the same functions in every draft
+# since 4), read from the public `VALIDATORS` mapping of a validator class.
 _KEYWORDS = {
-    "type": _keywords.type,
-    "properties": _keywords.properties,
-    "required": _keywords.required,
-    "additionalProperties": _keywords.additionalProperties,
-    "format": _keywords.format,
+    name: Draft202012Validator.VALIDATORS[name]
+    for name in ("type", "properties", "required", "additionalProperties", "format")
 }
 _JSON_CLASSES = (dict, list, str, int, float, bool, type(None))
 _SAMPLES: tuple[Any, ...] = (
@@ -77,6 +80,90 @@ _TYPES: dict[str, tuple[Check, Check]] = {
 }
 
 
+_NUMBER = (int, float)
+
+
+def _bound(applies: Callable[[Any], bool], broken: Callable[[Any, Any], bool], counts: bool) -> Any:
+    """A check builder for a bound keyword: `broken(value, bound)` on values it applies to."""
+
+    def build(bound: Any) -> Check:
+        kind = type(bound)
+        if kind is not int and (counts or kind is not float):
+            raise _NoProof  # an odd bound (a bool, a string): `jsonschema` judges it
+
+        def check(value: Any) -> bool:
+            if type(value) not in _JSON_CLASSES:
+                return False
+            return not (applies(value) and broken(value, bound))
+
+        return check
+
+    return build
+
+
+def _is_string(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in _NUMBER
+
+
+def _is_array(value: Any) -> bool:
+    return type(value) is list
+
+
+def _is_object(value: Any) -> bool:
+    return type(value) is dict
+
+
+# keyword: its check builder, for the keywords proven where the draft's function is 2020-12's
+_BOUNDS: dict[str, Any] = {
+    "minLength": _bound(_is_string, lambda v, b: len(v) < b, True),
+    "maxLength": _bound(_is_string, lambda v, b: len(v) > b, True),
+    "minimum": _bound(_is_number, lambda v, b: v < b, False),
+    "maximum": _bound(_is_number, lambda v, b: v > b, False),
+    "exclusiveMinimum": _bound(_is_number, lambda v, b: v <= b, False),
+    "exclusiveMaximum": _bound(_is_number, lambda v, b: v >= b, False),
+    "minItems": _bound(_is_array, lambda v, b: len(v) < b, True),
+    "maxItems": _bound(_is_array, lambda v, b: len(v) > b, True),
+    "minProperties": _bound(_is_object, lambda v, b: len(v) < b, True),
+    "maxProperties": _bound(_is_object, lambda v, b: len(v) > b, True),
+}
+_MORE = {name: Draft202012Validator.VALIDATORS[name] for name in (*_BOUNDS, "items", "enum")}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _scalar_key(value: Any) -> tuple[int, Any]:
+    # `jsonschema`'s equality on scalars: a boolean is not a number, 1 equals 1.0
+    return (0 if type(value) is bool else 1 if type(value) in _NUMBER else 2, value)
+
+
+def _enum_check(values: Any) -> Check:
+    if type(values) is not list or any(type(v) not in _SCALARS for v in values):
+        raise _NoProof
+    keys = frozenset(_scalar_key(v) for v in values)
+
+    def check(value: Any) -> bool:
+        return type(value) in _SCALARS and _scalar_key(value) in keys
+
+    return check
+
+
+def _items_check(items: Any, known: Any, later: bool) -> Check:
+    if type(items) is not dict:
+        raise _NoProof  # `false`, a list (older drafts), or odd: `jsonschema` judges it
+    sub = _compile(items, known, later)
+
+    def check(value: Any) -> bool:
+        kind = type(value)
+        if kind is not list:
+            return kind in _JSON_CLASSES
+        return all(sub(item) for item in value)
+
+    return check
+
+
 class _NoProof(Exception):
     """The schema uses something `fast_valid` does not prove."""
 
@@ -111,10 +198,19 @@ def _compile(schema: Any, known: Any, later: bool) -> Check:
         return _always
     if type(schema) is not dict:
         raise _NoProof  # False (never valid) or not a schema: leave it to jsonschema
-    for keyword in schema:
-        if keyword in known and keyword not in _KEYWORDS:
-            raise _NoProof
     checks: list[Check] = []
+    for keyword in schema:
+        if keyword not in known or keyword in _KEYWORDS:
+            continue
+        if keyword not in _MORE or known[keyword] is not _MORE[keyword]:
+            raise _NoProof
+        value = schema[keyword]
+        if keyword == "enum":
+            checks.append(_enum_check(value))
+        elif keyword == "items":
+            checks.append(_items_check(value, known, later))
+        else:
+            checks.append(_BOUNDS[keyword](value))
     if "type" in schema:
         checks.append(_type_check(schema["type"], later))
     properties = schema.get("properties")
@@ -126,12 +222,19 @@ def _compile(schema: Any, known: Any, later: bool) -> Check:
         return _always
     if len(checks) == 1:
         return checks[0]
-    first, second = checks
+    if len(checks) == 2:
+        first, second = checks
 
-    def both(value: Any) -> bool:
-        return first(value) and second(value)
+        def both(value: Any) -> bool:
+            return first(value) and second(value)
 
-    return both
+        return both
+    every = tuple(checks)
+
+    def all_of(value: Any) -> bool:
+        return all(check(value) for check in every)
+
+    return all_of
 
 
 def _always(_value: Any) -> bool:
