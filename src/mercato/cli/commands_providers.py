@@ -26,6 +26,9 @@ from mercato.providers import service as providers
 from mercato.providers.errors import ConnectionNotFound
 from mercato.providers.schemas import RunView
 
+# The settings' own bound on the ceiling; the configured ceiling is checked by the service.
+MAX_IN_FLIGHT_LIMIT = 1_000_000
+
 
 def register(_top: click.Group, admin: click.Group) -> None:
     for handler in (
@@ -132,7 +135,7 @@ def cmd_add_connection(owner: str, name: str, base_url: str, credential: str, as
 @click.option("--credential", help="the new credential; '-' reads stdin")
 @click.option(
     "--max-in-flight",
-    type=int,
+    type=click.IntRange(1, MAX_IN_FLIGHT_LIMIT),
     help="calls in flight per serve process (up to the ceiling; lapses no approval)",
 )
 @json_option()

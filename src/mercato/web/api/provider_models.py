@@ -31,10 +31,11 @@ class ConnectionChange(_Body):
     """What a provider may change of a connection without a new revision."""
 
     maxInFlight: int | None = Field(
+        strict=True,  # a number: no "5", no true, no 5.0
         description=(
             "Calls in flight per serve process, 1 to the platform's ceiling; null: the "
             "platform's default. Not a new revision: approval is kept."
-        )
+        ),
     )
 
 
