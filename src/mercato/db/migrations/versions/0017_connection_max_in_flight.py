@@ -37,6 +37,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         op.drop_constraint(op.f(_CHECK), "provider_connections", type_="check")
-    # SQLite >= 3.35 drops a column in place, unless a constraint names it: rebuild there.
-    with op.batch_alter_table("provider_connections", recreate="always") as batch:
-        batch.drop_column("max_in_flight")
+    # SQLite >= 3.35 drops it in place: its CHECK is the column's own constraint.
+    op.drop_column("provider_connections", "max_in_flight")
