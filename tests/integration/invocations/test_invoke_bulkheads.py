@@ -83,7 +83,8 @@ def world(db_url: str, tmp_path: Path, provider: ScriptedProvider) -> Iterator[W
     settings: dict[str, Any] = {
         "default_quota_limit": 100_000,
         "provider_max_in_flight": 128,
-        "provider_timeout_seconds": 10.0,
+        # Generous: the held calls must not time out while the flood is still arriving.
+        "provider_timeout_seconds": 30.0,
     }
     with running_world(db_url, tmp_path, provider, **settings) as built:
         grant(built, 10_000)
