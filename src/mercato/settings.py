@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     ready_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # Threads of one process working in the database at once (0: no limit); decision 0185.
     db_concurrency: int = Field(default=4, ge=0)
+    # Bulkheads (DESIGN §7, decisions 0510-0514): provider calls one process keeps in flight
+    # per connection (a connection's own `maxInFlight` overrides it, up to the ceiling), and in
+    # all; a new call beyond either is refused before acceptance with 503 PROVIDER_BUSY.
+    provider_max_in_flight: int = Field(default=64, ge=1, le=1_000_000)
+    provider_max_in_flight_ceiling: int = Field(default=1024, ge=1, le=1_000_000)
+    max_in_flight: int = Field(default=4096, ge=1, le=1_000_000)
     # Steps one `mercato worker` runs at once in its fresh lane (the stuck lane gets a quarter
     # of that, at least one, of its own); each may be waiting on a provider (decision 0340).
     worker_concurrency: int = Field(default=32, ge=1, le=1024)
@@ -120,6 +126,11 @@ class Settings(BaseSettings):
             )
         if self.allow_private_provider_addresses is None:
             self.allow_private_provider_addresses = self.env == "dev"
+        if self.provider_max_in_flight > self.provider_max_in_flight_ceiling:
+            raise SettingsError(
+                "MERCATO_PROVIDER_MAX_IN_FLIGHT must not exceed "
+                "MERCATO_PROVIDER_MAX_IN_FLIGHT_CEILING; lower it or raise the ceiling"
+            )
         _proxy_entries(self.trusted_proxies)  # a malformed entry fails here, at start
         _check_database_url(self.database_url)
         return self

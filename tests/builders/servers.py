@@ -30,7 +30,11 @@ GRACEFUL_SECONDS = 2  # an in-flight request a test left behind cannot hold the 
 
 class QuietThreadingHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that does not print a traceback when the peer hangs up first:
-    the platform cutting a response off at its byte cap or timeout is what a test provokes."""
+    the platform cutting a response off at its byte cap or timeout is what a test provokes.
+    Its listen backlog holds a flood (socketserver's default of 5 drops the SYNs of a burst,
+    and the kernel's retries then take seconds: the bulkhead tests send 110 calls at once)."""
+
+    request_queue_size = 512
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):

@@ -32,6 +32,7 @@ EXPECTED = {
     "MercatoClientError",
     "NotFound",
     "Page",
+    "ProviderBusy",
     "ProviderContractViolation",
     "ProviderDefinedFailure",
     "ProviderNotApproved",

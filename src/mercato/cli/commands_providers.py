@@ -26,6 +26,9 @@ from mercato.providers import service as providers
 from mercato.providers.errors import ConnectionNotFound
 from mercato.providers.schemas import RunView
 
+# The settings' own bound on the ceiling; the configured ceiling is checked by the service.
+MAX_IN_FLIGHT_LIMIT = 1_000_000
+
 
 def register(_top: click.Group, admin: click.Group) -> None:
     for handler in (
@@ -44,7 +47,12 @@ def _credential(value: str | None) -> str | None:
 
 
 # The option that carries each member a connection error names (`field`).
-_FLAGS = {"name": "--name", "baseUrl": "--base-url", "credential": "--credential"}
+_FLAGS = {
+    "name": "--name",
+    "baseUrl": "--base-url",
+    "credential": "--credential",
+    "maxInFlight": "--max-in-flight",
+}
 
 
 @contextmanager
@@ -125,12 +133,18 @@ def cmd_add_connection(owner: str, name: str, base_url: str, credential: str, as
 @click.option("--name")
 @click.option("--base-url")
 @click.option("--credential", help="the new credential; '-' reads stdin")
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(1, MAX_IN_FLIGHT_LIMIT),
+    help="calls in flight per serve process (up to the ceiling; lapses no approval)",
+)
 @json_option()
 def cmd_update_connection(
     connection_id: str,
     name: str | None,
     base_url: str | None,
     credential: str | None,
+    max_in_flight: int | None,
     as_json: bool,
 ) -> int:
     runtime = runtime_from_env()
@@ -142,6 +156,7 @@ def cmd_update_connection(
             name=name,
             base_url=base_url,
             credential=_credential(credential),
+            max_in_flight=max_in_flight,
         )
     data: dict[str, Any] = {
         "connectionId": changed.connection_id,
@@ -149,9 +164,13 @@ def cmd_update_connection(
         "approved": changed.approved,
     }
     text = f"connection {changed.connection_id} is at revision {changed.revision}"
+    if max_in_flight is not None:
+        data["maxInFlight"] = max_in_flight
     if changed.run is not None:
         data["check"] = _run_json(changed.run)
         text += " (approval lapsed)\n" + _run_text(changed.run)
+    elif max_in_flight is not None:
+        text += f" (maxInFlight {max_in_flight}; approval unchanged)"
     else:
         text += " (nothing changed)"
     emit(data, as_json=as_json, text=text)

@@ -176,6 +176,11 @@ class ProviderNotApproved(ServiceUnavailable):
     """503 PROVIDER_NOT_APPROVED."""
 
 
+class ProviderBusy(ServiceUnavailable):
+    """503 PROVIDER_BUSY: the provider has as many calls in flight as it may take; nothing was
+    consumed (the same Idempotency-Key may be sent again after `retry_after` seconds)."""
+
+
 class ArtifactNotReady(ServiceUnavailable):
     """503 ARTIFACT_NOT_READY: still not fetched from the provider after the bounded wait."""
 
@@ -236,6 +241,7 @@ _BY_CODE: dict[str, type[MercatoAPIError]] = {
     "PROVIDER_CONTRACT_VIOLATION": ProviderContractViolation,
     "PROVIDER_UNAVAILABLE": ProviderUnavailable,
     "PROVIDER_NOT_APPROVED": ProviderNotApproved,
+    "PROVIDER_BUSY": ProviderBusy,
     "ARTIFACT_NOT_READY": ArtifactNotReady,
 }
 

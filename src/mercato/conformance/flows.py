@@ -80,8 +80,10 @@ def change_connection(
     name: str | None = None,
     base_url: str | None = None,
     credential: str | None = None,
+    max_in_flight: int | None = None,
 ) -> Changed:
-    """Change a connection (committed; approval lapses), then re-check it if anything changed."""
+    """Change a connection (committed; approval lapses), then re-check it if anything changed.
+    `max_in_flight` is no part of the revision: it alone lapses nothing and runs no check."""
     with runtime.db.transaction() as session:
         before = providers.get_connection(session, connection_id=connection_id).revision
         connection = providers.update_connection(
@@ -92,6 +94,7 @@ def change_connection(
             name=name,
             base_url=base_url,
             credential=credential,
+            max_in_flight=max_in_flight,
         )
         revision, approved = connection.revision, connection.approved
     run = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING
 
+from mercato.core.bulkhead import Bulkhead
 from mercato.core.clock import Clock, SystemClock
 from mercato.core.failpoints import NO_FAILPOINTS, Failpoints
 from mercato.core.files import ensure_private_dir
@@ -59,15 +60,30 @@ class Runtime:
     """What the hot invoke keeps in memory in this process (`mercato.db.hints`, decision
     0400); None: it reads everything on every call."""
 
+    bulkhead: Bulkhead | None = None
+    """Provider calls in flight in this process, per connection and in all (DESIGN §7,
+    decision 0510); made from the settings when not given."""
+
     def __post_init__(self) -> None:
         if self.aio is None:
             self.aio = make_async_database(self.db)
+        if self.bulkhead is None:
+            self.bulkhead = Bulkhead(
+                per_connection=self.settings.provider_max_in_flight,
+                process=self.settings.max_in_flight,
+            )
 
     @property
     def adb(self) -> AsyncDatabase:
         """The async database (always set after construction)."""
         assert self.aio is not None
         return self.aio
+
+    @property
+    def slots(self) -> Bulkhead:
+        """The process's bulkhead (always set after construction)."""
+        assert self.bulkhead is not None
+        return self.bulkhead
 
     @property
     def ids(self) -> Ids:

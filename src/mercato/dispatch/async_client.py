@@ -16,6 +16,9 @@ blocking a thread. aiohttp was chosen by measurement (`python -m bench.clients`)
 - **No redirects**: a 3xx comes back as it is, with `error="redirect"`.
 - **Timeouts**: connect, each read, and the whole call (including the body) are bounded by the
   call's timeout; the body loop also checks the deadline between reads, as the sync client does.
+- **No shared pool limit** (decision 0514): the connector never makes a call wait for a
+  connection; how many calls are in flight is bounded before acceptance, per connection and
+  per process (`mercato.core.bulkhead`), so a slow provider cannot starve another's calls.
 - **The response byte cap**: a declared `Content-Length` over the cap is refused before reading;
   otherwise reading stops as soon as the bytes read pass the cap, and the connection is dropped.
 - **Errors are answers**: every transport failure becomes `RawAnswer.error` with the same names
@@ -153,13 +156,11 @@ class AsyncProviderClient:
         settings: Settings,
         *,
         resolver: AsyncResolver | Resolver | None = None,
-        max_connections: int = 100,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._allow_private = settings.private_addresses_allowed
         self._default_timeout = settings.provider_timeout_seconds
         self._resolver = GuardedResolver(allow_private=self._allow_private, lookup=resolver)
-        self._max_connections = max_connections
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -174,7 +175,10 @@ class AsyncProviderClient:
         connector = aiohttp.TCPConnector(
             resolver=self._resolver,
             use_dns_cache=False,
-            limit=self._max_connections,
+            # No pool limit, in all or per host (decision 0514): the bulkheads bound the calls
+            # in flight before they are accepted, so a call never queues for a connection
+            # another provider holds, and its timeout never runs while it waits for one.
+            limit=0,
             limit_per_host=0,
             keepalive_timeout=KEEPALIVE_SECONDS,
             ssl=self._ssl,  # True: the system's trust store, host names verified

@@ -19,7 +19,7 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from random import Random
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 from sqlalchemy import bindparam
@@ -54,10 +54,11 @@ from mercato.invocations.schemas import (
     State,
 )
 from mercato.invocations.service import Job
+from mercato.ledger import service as ledger
 from mercato.ledger.errors import InsufficientPoints
 from mercato.protocol import Outcome
 from mercato.providers import service as providers
-from mercato.providers.errors import ProviderNotApproved
+from mercato.providers.errors import ProviderBusy, ProviderNotApproved
 from mercato.providers.schemas import DispatchTarget
 from mercato.quotas import service as quotas
 from mercato.quotas.errors import RateLimitExceeded
@@ -73,6 +74,11 @@ _RETRY_BACKOFF_BASE = 0.5
 _RETRY_BACKOFF_CAP = 60.0
 _RECONCILE_BACKOFF_BASE = 0.5
 _RECONCILE_BACKOFF_CAP = 300.0
+BUSY_RETRY_AFTER = 1
+"""Seconds a call refused PROVIDER_BUSY is told to wait (decision 0511): a slot is free as
+soon as any call in flight to the connection ends, and nothing of the refused call was kept."""
+BUSY_PARK_SECONDS = 1.0
+"""How long a worker step that found its connection full puts its call back (decision 0513)."""
 
 
 @set_through_slots  # decision 0477
@@ -428,20 +434,23 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
         return accepted
     invocation_id, owner, quota = accepted
     version = prepared.version
-    runtime.failpoints.hit(AFTER_ACCEPT)
-    job = Job(
-        invocation_id=invocation_id,
-        state=State.DISPATCHING.value,
-        connection_id=version.connection_id,
-        provider_key=invocations.provider_key_for(invocation_id),
-        payload=prepared.request.body,
-        response_max_bytes=version.response_max_bytes,
-        result_schema=version.contract.get("resultSchema", {}),
-        has_artifact_contract=version.has_artifact_contract,
-        sends=1,
-        reconciliations=0,
-    )
-    view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
+    try:  # the bulkhead slot `_accept` took is this call's until its provider call is over
+        runtime.failpoints.hit(AFTER_ACCEPT)
+        job = Job(
+            invocation_id=invocation_id,
+            state=State.DISPATCHING.value,
+            connection_id=version.connection_id,
+            provider_key=invocations.provider_key_for(invocation_id),
+            payload=prepared.request.body,
+            response_max_bytes=version.response_max_bytes,
+            result_schema=version.contract.get("resultSchema", {}),
+            has_artifact_contract=version.has_artifact_contract,
+            sends=1,
+            reconciliations=0,
+        )
+        view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
+    finally:
+        runtime.slots.give_back(prepared.target.connection_id)
     if view is None:  # another process took over; answer with what the database says now
         async with runtime.adb.read() as conn:
             view = await invocations.get_view.aio(conn, invocation_id=invocation_id)
@@ -455,15 +464,49 @@ class _Stopped(Exception):
 async def _accept(
     runtime: Runtime, prepared: Prepared
 ) -> tuple[str, str, QuotaStatus] | InvokeResult:
-    """Check and accept the call: (its id, its lease owner, the quota it took), or the
-    answer of the twin that took its key first."""
+    """Check and accept the call: (its id, its lease owner, the quota it took), holding a
+    bulkhead slot of its connection, or the answer of the twin that took its key first."""
+    target = prepared.target
+    if not target.approved:
+        raise ProviderNotApproved("The provider connection of this version is not approved.")
+    await _check_body(runtime, prepared.request.body, prepared.version)
+    # The last check before acceptance (DESIGN §3): a slot is taken here, in memory, and
+    # given back if acceptance refuses (decision 0512).
+    slots = runtime.slots
+    if not slots.take(target.connection_id, target.max_in_flight):
+        await _refuse_busy(runtime, prepared)
+    try:
+        accepted = await _accept_holding(runtime, prepared)
+    except BaseException:
+        slots.give_back(target.connection_id)
+        raise
+    if isinstance(accepted, InvokeResult):
+        slots.give_back(target.connection_id)
+    return accepted
+
+
+async def _refuse_busy(runtime: Runtime, prepared: Prepared) -> NoReturn:
+    """Refuse a call whose connection (or process) is full: 503 PROVIDER_BUSY, unless a
+    refusal DESIGN §3 orders before it applies (not enough points). Only this refusal reads."""
+    price = prepared.version.price
+    async with runtime.adb.read() as conn:
+        available = await ledger.available_points.aio(conn, account_id=prepared.request.account_id)
+    if available < price:
+        raise ledger.short_of_points(available, price)
+    raise ProviderBusy(
+        "The provider has as many calls in flight as it may take; try again shortly.",
+        retry_after=BUSY_RETRY_AFTER,
+    )
+
+
+async def _accept_holding(
+    runtime: Runtime, prepared: Prepared
+) -> tuple[str, str, QuotaStatus] | InvokeResult:
+    """`_accept` once its checks passed and its slot is taken."""
     adb = runtime.adb
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
     served = prepared.served
-    if not target.approved:
-        raise ProviderNotApproved("The provider connection of this version is not approved.")
-    await _check_body(runtime, request.body, version)
 
     invocation_id = runtime.ids.new("inv")
     owner = runtime.ids.new("lease")
@@ -714,16 +757,43 @@ async def _target(runtime: Runtime, job: Job) -> DispatchTarget:
 
 
 async def redispatch(runtime: Runtime, invocation_id: str, owner: str) -> None:
-    """Send a RETRY_WAIT invocation again: same provider key, same stored bytes."""
+    """Send a RETRY_WAIT invocation again: same provider key, same stored bytes; within its
+    connection's bulkhead in this process (full: put back for a moment, nothing counted)."""
     job = await _load_job(runtime, invocation_id)
     if job.sends >= max_sends(runtime):
         await _fail(runtime, job, owner, UNAVAILABLE, None)
         return
-    await _count_and_send(runtime, job, owner)
-
-
-async def _count_and_send(runtime: Runtime, job: Job, owner: str) -> None:
     target = await _target(runtime, job)
+    if not runtime.slots.take(target.connection_id, target.max_in_flight):
+        await _put_back(runtime, job, owner, State.RETRY_WAIT)
+        return
+    try:
+        await _count_and_send(runtime, job, owner, target)
+    finally:
+        runtime.slots.give_back(target.connection_id)
+
+
+async def _put_back(runtime: Runtime, job: Job, owner: str, state: State) -> None:
+    """Park a call whose connection this process has full, due again shortly; no send nor
+    reconciliation is counted (decision 0513)."""
+    async with runtime.adb.transaction() as conn:
+        await invocations.schedule.aio(
+            conn,
+            invocation_id=job.invocation_id,
+            lease_owner=owner,
+            state=state,
+            next_attempt_at=_later(runtime, BUSY_PARK_SECONDS),
+            reason="provider_busy",
+            now=runtime.clock.now(),
+        )
+
+
+async def _count_and_send(
+    runtime: Runtime, job: Job, owner: str, target: DispatchTarget | None = None
+) -> None:
+    """Count a send and make it (the caller holds a bulkhead slot of the connection)."""
+    if target is None:
+        target = await _target(runtime, job)
     if not target.approved:
         # The connection changed (or lost approval) since the call was accepted: nothing is
         # ever sent to a connection that has not passed review. The provider has proven it
@@ -770,6 +840,21 @@ async def reconcile(runtime: Runtime, invocation_id: str, owner: str) -> None:
     """
     job = await _load_job(runtime, invocation_id)
     target = await _where_sent(runtime, job)
+    if target is None:
+        await _reconcile(runtime, job, owner, None)
+        return
+    if not runtime.slots.take(target.connection_id, target.max_in_flight):
+        await _put_back(runtime, job, owner, State.RECONCILING)
+        return
+    try:
+        await _reconcile(runtime, job, owner, target)
+    finally:
+        runtime.slots.give_back(target.connection_id)
+
+
+async def _reconcile(runtime: Runtime, job: Job, owner: str, target: DispatchTarget | None) -> None:
+    """`reconcile` once its connection's slot is held (`target` None: no address to ask)."""
+    invocation_id = job.invocation_id
     async with runtime.adb.transaction() as conn:
         counted = await invocations.record_reconciliation.aio(
             conn, invocation_id=invocation_id, lease_owner=owner, now=runtime.clock.now()

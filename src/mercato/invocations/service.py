@@ -523,13 +523,16 @@ def schedule(
     return bool(rows)
 
 
-def _claim_statement(states: tuple[State, ...], stuck: bool) -> Any:
+def _claim_statement(states: tuple[State, ...], stuck: bool, skipping: bool) -> Any:
     now = _p("now", _c.lease_expires_at)
     free = (_c.lease_expires_at.is_(None)) | (_c.lease_expires_at <= now)
     lane = _c.stuck_at.is_not(None) if stuck else _c.stuck_at.is_(None)
+    conditions = [_states_in(states), lane, _c.next_attempt_at <= _p("now", _c.next_attempt_at)]
+    if skipping:  # connections that hold their share of the lane already (decision 0513)
+        conditions.append(_c.connection_id.not_in(bindparam("p_skip", expanding=True)))
     due = (
         select(_c.id)
-        .where(_states_in(states), lane, _c.next_attempt_at <= _p("now", _c.next_attempt_at), free)
+        .where(*conditions, free)
         .order_by(_c.next_attempt_at)
         .limit(bindparam("p_limit"))
         .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
@@ -547,11 +550,11 @@ def _claim_statement(states: tuple[State, ...], stuck: bool) -> Any:
             lease_expires_at=_p("lease_expires_at", _c.lease_expires_at),
             updated_at=_p("now", _c.updated_at),
         )
-        .returning(_c.id, _c.request_id)
+        .returning(_c.id, _c.request_id, _c.connection_id)
     )
 
 
-_CLAIMS: dict[tuple[tuple[State, ...], bool], Any] = {}
+_CLAIMS: dict[tuple[tuple[State, ...], bool, bool], Any] = {}
 
 
 @query
@@ -563,29 +566,48 @@ def claim_due(
     now: dt.datetime,
     limit: int,
     stuck: bool = False,
-) -> Plan[list[tuple[str, str | None]]]:
+    skip: frozenset[str] = frozenset(),
+) -> Plan[list[tuple[str, str | None, str]]]:
     """Lease up to `limit` due invocations in `states` whose lease is free or expired, from
-    one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other. Each
-    comes as (invocation id, id of the request that accepted it, if any).
+    one lane: fresh work, or (`stuck`) stuck calls, so neither waits behind the other; none of
+    the connections in `skip`. Each comes as (invocation id, id of the request that accepted
+    it, if any, its connection id).
 
     One statement: an UPDATE of the rows a materialized CTE picks. PostgreSQL: the pick is
     `FOR UPDATE SKIP LOCKED`, so concurrent workers pick disjoint rows. SQLite: writers are
     serialised, and the UPDATE's own condition decides anyway.
     """
-    key = (tuple(states), stuck)
+    key = (tuple(states), stuck, bool(skip))
     statement = _CLAIMS.get(key)
     if statement is None:  # a handful of lanes: each built once
         statement = _CLAIMS.setdefault(key, _claim_statement(*key))
-    rows = yield Rows(
-        statement,
-        {
-            "p_lease_owner": lease_owner,
-            "p_lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
-            "p_now": now,
-            "p_limit": limit,
-        },
+    params: dict[str, Any] = {
+        "p_lease_owner": lease_owner,
+        "p_lease_expires_at": now + dt.timedelta(seconds=lease_seconds),
+        "p_now": now,
+        "p_limit": limit,
+    }
+    if skip:
+        params["p_skip"] = sorted(skip)
+    rows = yield Rows(statement, params)
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+_UNCLAIM = (
+    update(_t)
+    .where(
+        _c.id.in_(bindparam("p_ids", expanding=True)),
+        _c.lease_owner == _p("lease_owner", _c.lease_owner),
     )
-    return [(row[0], row[1]) for row in rows]
+    .values(lease_owner=None, lease_expires_at=None)
+)
+
+
+@query
+def unclaim(*, invocation_ids: list[str], lease_owner: str) -> Plan[None]:
+    """Give back leases `claim_due` took for `lease_owner` and no step will use; the rows
+    stay due as they were."""
+    yield Rows(_UNCLAIM, {"p_ids": invocation_ids, "p_lease_owner": lease_owner})
 
 
 # --- terminal transitions (with the ledger, in one transaction) --------------------------

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from mercato.core.errors import MercatoError
 from mercato.core.ids import new_id
 from mercato.db import guarded
+from mercato.db.plans import Plan, Rows, first, query
 from mercato.ledger import rules
 from mercato.ledger.checks import run_checks
 from mercato.ledger.errors import (
@@ -318,6 +319,24 @@ def balances(session: Session, *, account_id: str) -> Balances:
         reserved=by_kind.get(AccountKind.RESERVED.value, 0),
         earnings=by_kind.get(AccountKind.EARNINGS.value, 0),
     )
+
+
+_AVAILABLE = select(LedgerAccount.__table__.c.balance).where(
+    LedgerAccount.__table__.c.owner == bindparam("owner"),
+    LedgerAccount.__table__.c.kind == AccountKind.AVAILABLE.value,
+)
+
+
+@query
+def available_points(*, account_id: str) -> Plan[int]:
+    """The account's available points (0 when it has no ledger account yet)."""
+    row = first((yield Rows(_AVAILABLE, {"owner": account_id})))
+    return 0 if row is None else int(row[0])
+
+
+def short_of_points(balance: int, wanted: int) -> MercatoError:
+    """The refusal of a call that wants `wanted` points from an account holding `balance`."""
+    return _short_of_points(balance, wanted)
 
 
 def platform_balances(session: Session) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mercato.core.errors import (
     Conflict,
     MercatoError,
@@ -45,3 +47,15 @@ class CredentialUnreadable(MercatoError):
     code = "PROVIDER_CREDENTIAL_UNREADABLE"
     status = 500
     title = "The stored provider credential cannot be decrypted with the configured secret key"
+
+
+class ProviderBusy(ServiceUnavailable):
+    """The connection (or this process) has as many calls in flight as it may (DESIGN §7);
+    refused before acceptance, nothing consumed. `Retry-After` and `retryAfter` in seconds."""
+
+    code = "PROVIDER_BUSY"
+    title = "The provider has as many calls in flight as it may take"
+
+    def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
+        super().__init__(message, retryAfter=retry_after, **extra)
+        self.headers["Retry-After"] = str(retry_after)

@@ -32,6 +32,9 @@ class ProviderConnection(Base):
             "approved_revision IS NULL OR approved_revision <= revision",
             name="approved_revision_valid",
         ),
+        CheckConstraint(
+            "max_in_flight IS NULL OR max_in_flight >= 1", name="max_in_flight_positive"
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -43,6 +46,9 @@ class ProviderConnection(Base):
     approved_revision: Mapped[int | None] = mapped_column(Integer)
     approved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     approved_by: Mapped[str | None] = mapped_column(String(40))
+    # Calls in flight per serve process (DESIGN §7); NULL: MERCATO_PROVIDER_MAX_IN_FLIGHT.
+    # Not part of the revision: changing it lapses no approval.
+    max_in_flight: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
 

@@ -16,6 +16,8 @@ class DispatchTarget:
     credential: str = field(repr=False)
     approved: bool
     revision: int = 0
+    max_in_flight: int | None = None
+    """The connection's own bound on calls in flight per process (None: the default)."""
 
 
 CheckStatus = Literal["passed", "failed", "skipped"]

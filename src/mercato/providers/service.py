@@ -53,6 +53,7 @@ __all__ = [
     "locked_revision",
     "record_run",
     "run_revision",
+    "set_max_in_flight",
     "update_connection",
     "with_dispatch_target",
 ]
@@ -195,6 +196,41 @@ def _lock_connection(session: Session, *, connection_id: str) -> ProviderConnect
     return connection
 
 
+MAX_IN_FLIGHT_FIELD = "maxInFlight"
+
+
+def check_max_in_flight(value: int, settings: Settings) -> int:
+    """A connection's own bound on calls in flight: 1 to the configured ceiling."""
+    ceiling = settings.provider_max_in_flight_ceiling
+    if not 1 <= value <= ceiling:
+        raise InvalidConnection(
+            f"maxInFlight must be between 1 and {ceiling}", field=MAX_IN_FLIGHT_FIELD
+        )
+    return value
+
+
+def set_max_in_flight(
+    session: Session,
+    *,
+    connection_id: str,
+    max_in_flight: int | None,
+    settings: Settings,
+    now: dt.datetime,
+) -> ProviderConnection:
+    """Set the connection's own bound on calls in flight per process (None: the default).
+
+    Not a new revision: where and how the provider is called is unchanged, so no approval
+    lapses (DESIGN §7)."""
+    if max_in_flight is not None:
+        check_max_in_flight(max_in_flight, settings)
+    connection = _lock_connection(session, connection_id=connection_id)
+    if connection.max_in_flight != max_in_flight:
+        connection.max_in_flight = max_in_flight
+        connection.updated_at = now
+    session.flush()
+    return connection
+
+
 def update_connection(
     session: Session,
     *,
@@ -204,12 +240,16 @@ def update_connection(
     name: str | None = None,
     base_url: str | None = None,
     credential: str | None = None,
+    max_in_flight: int | None = None,
 ) -> ProviderConnection:
     """Change name, URL and/or credential; any real change bumps the revision.
 
     A new revision has no check results and no approval, so calls through the connection are
-    refused until a new run passes and staff approve again.
+    refused until a new run passes and staff approve again. `max_in_flight` (None: leave it)
+    is no part of the revision (`set_max_in_flight`).
     """
+    if max_in_flight is not None:
+        check_max_in_flight(max_in_flight, settings)
     connection = _lock_connection(session, connection_id=connection_id)
     changed = False
     if name is not None:
@@ -233,6 +273,9 @@ def update_connection(
             changed = True
     if changed:
         connection.revision += 1
+        connection.updated_at = now
+    if max_in_flight is not None and max_in_flight != connection.max_in_flight:
+        connection.max_in_flight = max_in_flight
         connection.updated_at = now
     session.flush()
     return connection
@@ -267,7 +310,7 @@ def with_dispatch_target(statement: Select[Any], connection_id: Any) -> Select[A
 
 def dispatch_target_of(values: tuple[Any, ...], settings: Settings) -> DispatchTarget:
     """The target from the `DISPATCH_TARGET_WIDTH` columns `with_dispatch_target` added."""
-    connection_id, base_url, ciphertext, revision, approved_revision = values
+    connection_id, base_url, ciphertext, revision, approved_revision, max_in_flight = values
     if connection_id is None:
         raise ConnectionNotFound()
     return DispatchTarget(
@@ -276,6 +319,7 @@ def dispatch_target_of(values: tuple[Any, ...], settings: Settings) -> DispatchT
         credential=_decrypt(settings, ciphertext),
         approved=revision_approved(approved_revision, revision),
         revision=revision,
+        max_in_flight=max_in_flight,
     )
 
 
@@ -288,6 +332,7 @@ _DISPATCH_TARGET = select(
     _connections.credential_ciphertext,
     _connections.revision,
     _connections.approved_revision,
+    _connections.max_in_flight,
 ).where(_connections.id == bindparam("id"))
 DISPATCH_TARGET_WIDTH = len(_DISPATCH_TARGET.selected_columns)
 

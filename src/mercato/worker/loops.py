@@ -20,6 +20,7 @@ sync code and run on a thread (`asyncio.to_thread`), never on the loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -59,8 +60,8 @@ def stuck_slots(settings: Settings) -> int:
 
 
 async def _claim_due(
-    runtime: Runtime, kind: Claiming, owner: str, limit: int
-) -> list[tuple[str, str | None]]:
+    runtime: Runtime, kind: Claiming, owner: str, limit: int, skip: frozenset[str]
+) -> list[tuple[str, str | None, str]]:
     async with runtime.adb.transaction() as conn:
         return await invocations.claim_due.aio(
             conn,
@@ -70,7 +71,13 @@ async def _claim_due(
             now=runtime.clock.now(),
             limit=limit,
             stuck=kind.stuck,
+            skip=skip,
         )
+
+
+async def _unclaim(runtime: Runtime, invocation_ids: list[str], owner: str) -> None:
+    async with runtime.adb.transaction() as conn:
+        await invocations.unclaim.aio(conn, invocation_ids=invocation_ids, lease_owner=owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +105,9 @@ STUCK_CLAIMING: tuple[Claiming, ...] = (STUCK,)
 
 
 async def _work(
-    runtime: Runtime, kind: Claiming, claimed: tuple[str, str | None], owner: str
+    runtime: Runtime, kind: Claiming, claimed: tuple[str, str | None, str], owner: str
 ) -> None:
-    invocation_id, request_id = claimed
+    invocation_id, request_id, _connection_id = claimed
     # Every line of this step names the call and the request that accepted it (0276); the
     # task has its own copy of the context, so the steps running beside it keep theirs.
     with about_invocation(invocation_id, request_id):
@@ -112,12 +119,36 @@ async def _work(
 
 
 class Slots:
-    """The steps of one lane in flight, at most `size` of them."""
+    """The steps of one lane in flight, at most `size` of them, shared fairly between
+    connections (decision 0513): a connection starts a step only while it holds fewer than
+    its `share` of the lane, so one hung provider never holds every slot."""
 
     def __init__(self, runtime: Runtime, size: int) -> None:
         self.runtime = runtime
         self.size = size
         self.running: set[asyncio.Task[None]] = set()
+        self.held: dict[str, int] = {}
+        """Steps in flight per connection."""
+
+    def share(self, connection_id: str) -> int:
+        """The most steps `connection_id` may start up to: alone, the lane but a quarter of it
+        (at least one seat) kept for others; beside others holding steps, an equal split. A
+        connection over its share starts nothing until it is under it again, so the slots
+        its steps give back go to the others (decision 0513)."""
+        others = len(self.held) - (1 if connection_id in self.held else 0)
+        if others == 0:
+            return max(1, self.size - max(1, self.size // 4))
+        return max(1, self.size // (others + 1))
+
+    def _full(self) -> frozenset[str]:
+        return frozenset(c for c, n in self.held.items() if n >= self.share(c))
+
+    def _ended(self, connection_id: str, _task: object = None) -> None:
+        left = self.held.get(connection_id, 0) - 1
+        if left > 0:
+            self.held[connection_id] = left
+        else:
+            self.held.pop(connection_id, None)
 
     @property
     def busy(self) -> int:
@@ -131,25 +162,43 @@ class Slots:
         return max(0, self.size - self.busy)
 
     async def fill(self, kind: Claiming, limit: int) -> tuple[int, bool]:
-        """Lease up to `limit` due rows of `kind` (never more than the free slots) and start
-        their steps; (rows started, whether that was all that was due)."""
-        want = min(self.free, limit)
-        if want <= 0:
-            return 0, False
-        owner = self.runtime.ids.new("lease")
-        claimed = await _claim_due(self.runtime, kind, owner, want)
-        for row in claimed:
-            task = asyncio.create_task(_work(self.runtime, kind, row, owner), name=kind.name)
-            self.running.add(task)
-        return len(claimed), len(claimed) < want
+        """Lease up to `limit` due rows of `kind` (never more than the free slots, nor past a
+        connection's share) and start their steps; (rows started, whether that was all that
+        was due). Rows a claim returned past their connection's share are given back and the
+        claim is made again without that connection, so the others' rows are reached now."""
+        started = 0
+        while True:
+            want = min(self.free, limit - started)
+            if want <= 0:
+                return started, False
+            owner = self.runtime.ids.new("lease")
+            skip = self._full()
+            claimed = await _claim_due(self.runtime, kind, owner, want, skip)
+            over: list[str] = []
+            for row in claimed:
+                connection_id = row[2]
+                if self.held.get(connection_id, 0) >= self.share(connection_id):
+                    over.append(row[0])  # past its share: due again at once
+                    continue
+                self.held[connection_id] = self.held.get(connection_id, 0) + 1
+                task = asyncio.create_task(_work(self.runtime, kind, row, owner), name=kind.name)
+                task.add_done_callback(functools.partial(self._ended, connection_id))
+                self.running.add(task)
+            started += len(claimed) - len(over)
+            if not over:
+                # Fewer than asked: all that was due, unless some connections were skipped.
+                return started, len(claimed) < want and not skip
+            await _unclaim(self.runtime, over, owner)  # its connection is full now: skipped
 
-    async def wait_one(self, also: asyncio.Future[Any] | None = None) -> None:
-        """Until a step in flight ends (or `also` does)."""
+    async def wait_one(
+        self, also: asyncio.Future[Any] | None = None, timeout: float | None = None
+    ) -> None:
+        """Until a step in flight ends (or `also` does, or `timeout` seconds pass)."""
         waiting: set[asyncio.Future[Any]] = set(self.running)
         if also is not None:
             waiting.add(also)
         if waiting:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
 
     async def finish(self) -> None:
         """Until every step in flight has ended (each is bounded by its own timeouts)."""
@@ -174,16 +223,20 @@ async def drain(runtime: Runtime, kind: Claiming, size: int) -> int:
     with_async_provider(runtime)
     slots = Slots(runtime, size)
     limit = max(BATCH, size)
-    taken, exhausted = 0, False
+    taken, exhausted, blocked = 0, False, False
     try:
         while True:
-            if not exhausted and taken < limit and slots.free > 0:
+            if not exhausted and not blocked and taken < limit and slots.free > 0:
                 started, exhausted = await slots.fill(kind, limit - taken)
                 taken += started
+                # Nothing startable now (what is due is of connections at their share):
+                # claim again once a step has ended.
+                blocked = started == 0
                 continue
             if not slots.busy:
                 return taken
             await slots.wait_one()
+            blocked = False
     finally:
         await slots.finish()
 

@@ -122,7 +122,9 @@ async def _lane(
                 # Nothing more is due now: look again after a while (or when stopping).
                 await _pause(stopping, idle_seconds)
             else:
-                await slots.wait_one(also=stopped)
+                # Until a step ends, or a while: rows of a connection at its share of the lane
+                # were skipped, and another connection's may fall due meanwhile (0513).
+                await slots.wait_one(also=stopped, timeout=idle_seconds)
     finally:
         stopped.cancel()
         await slots.finish()

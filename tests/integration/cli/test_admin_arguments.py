@@ -165,6 +165,9 @@ def _cases(world: dict[str, str]) -> list[tuple[list[str], str]]:
         (["check-connection", "conn_unknown"], "ID"),
         (["approve-connection", "conn_unknown"], "ID"),
         (["update-connection", "conn_unknown", "--name", "n"], "ID"),
+        (["update-connection", world["conn"], "--max-in-flight", "1025"], "--max-in-flight"),
+        (["update-connection", world["conn"], "--max-in-flight", "0"], "--max-in-flight"),
+        (["update-connection", world["conn"], "--max-in-flight", "x"], "--max-in-flight"),
         (["resolve-invocation", "inv_unknown", "--failed", "--reason", "r"], "ID"),
     ]  # fmt: skip
 

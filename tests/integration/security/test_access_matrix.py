@@ -80,6 +80,9 @@ API: dict[tuple[str, str], Entry] = {
         "session", body={"name": "m", "baseUrl": "https://p.example", "credential": "c-01234567"}
     ),
     ("get", "/v1/provider/connections/{connection_id}"): _PROVIDER_SESSION,
+    ("patch", "/v1/provider/connections/{connection_id}"): Entry(
+        "session", "provider", body={"maxInFlight": 8}
+    ),
     ("post", "/v1/provider/connections/{connection_id}:check"): _PROVIDER_SESSION,
     ("get", "/v1/provider/listings"): Entry("session"),
     ("post", "/v1/provider/listings"): Entry(

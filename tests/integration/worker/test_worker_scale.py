@@ -106,13 +106,23 @@ def test_a_slow_provider_holds_only_its_own_call(world: World) -> None:
 def test_a_lane_runs_as_many_steps_at_once_as_its_slots_and_no_more(
     db_url: str, tmp_path: Path
 ) -> None:
-    width, calls = 3, 12
+    width, calls = 4, 12
     provider = WaveProvider(width, expected=calls)
     provider.start()
     try:
         with running_world(db_url, tmp_path, provider, worker_concurrency=width, **ROOMY) as world:
             grant(world, 1_000)
-            ids = _unknown_calls(world, calls)
+            # Over two connections: one alone may hold only its share of the lane (0513).
+            add_service(world, provider, "acme.twin")
+            ids = [
+                call
+                for pair in zip(
+                    _unknown_calls(world, calls // 2),
+                    _unknown_calls(world, calls // 2, service="acme.twin"),
+                    strict=True,
+                )
+                for call in pair
+            ]
             world.clock.advance(3600)
 
             assert run_on_fresh_loop(loops.reconcile_once(world.runtime)) == calls

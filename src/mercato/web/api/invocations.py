@@ -33,7 +33,7 @@ from mercato.invocations.errors import (
 )
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
 from mercato.ledger.errors import InsufficientPoints
-from mercato.providers.errors import ProviderNotApproved
+from mercato.providers.errors import ProviderBusy, ProviderNotApproved
 from mercato.quotas import service as quotas
 from mercato.quotas.errors import RateLimitExceeded
 from mercato.web import observe
@@ -178,11 +178,16 @@ _INVOKE_ERRORS = (
     ProviderContractViolation,
     ProviderUnavailable,
     ProviderNotApproved,
+    ProviderBusy,
 )
 _INVOKE_DOC = declare(
     *_INVOKE_ERRORS,
     path_params=True,
-    headers={409: ("Retry-After",), 429: ("Retry-After", *QUOTA_HEADERS)},
+    headers={
+        409: ("Retry-After",),
+        429: ("Retry-After", *QUOTA_HEADERS),
+        503: ("Retry-After",),
+    },
     answers={
         200: {"headers": success_headers(*QUOTA_HEADERS)},
         202: {

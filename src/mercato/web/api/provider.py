@@ -50,6 +50,7 @@ from mercato.providers.models import ProviderConnection
 from mercato.web.api.invocations import provider_client
 from mercato.web.api.provider_models import (
     ConnectionBody,
+    ConnectionChange,
     ConnectionList,
     ConnectionOut,
     ContractSchemaOut,
@@ -149,6 +150,28 @@ def get_connection(
     connection_id: str, request: Request, principal: SessionPrincipal
 ) -> ConnectionOut:
     return _read_connection(request, principal, connection_id)
+
+
+@router.patch(
+    "/v1/provider/connections/{connection_id}",
+    response_model=ConnectionOut,
+    **declare(*_SESSION, ConnectionNotFound, InvalidConnection, *_BODY, path_params=True),
+)
+def change_connection(
+    connection_id: str, body: ConnectionChange, request: Request, principal: SessionPrincipal
+) -> ConnectionOut:
+    """Set the connection's own `maxInFlight` (null: the default); approval is kept."""
+    runtime = runtime_of(request)
+    with runtime.db.transaction() as session:
+        _own_connection(session, principal, connection_id)
+        connection = providers.set_max_in_flight(
+            session,
+            connection_id=connection_id,
+            max_in_flight=body.maxInFlight,
+            settings=runtime.settings,
+            now=runtime.clock.now(),
+        )
+        return _connection_out(session, connection)
 
 
 @router.post(

@@ -27,6 +27,18 @@ class ConnectionBody(_Body):
     credential: str = Field(min_length=1, max_length=1024)
 
 
+class ConnectionChange(_Body):
+    """What a provider may change of a connection without a new revision."""
+
+    maxInFlight: int | None = Field(
+        strict=True,  # a number: no "5", no true, no 5.0
+        description=(
+            "Calls in flight per serve process, 1 to the platform's ceiling; null: the "
+            "platform's default. Not a new revision: approval is kept."
+        ),
+    )
+
+
 class ListingBody(_Body):
     serviceCode: str = Field(min_length=1, max_length=100)
     displayName: str = Field(min_length=1, max_length=200)
@@ -90,6 +102,9 @@ class ConnectionOut(BaseModel):
     baseUrl: str
     revision: int
     approved: bool
+    maxInFlight: int | None = Field(
+        description="Its own bound on calls in flight per serve process; null: the default."
+    )
     createdAt: dt.datetime
     updatedAt: dt.datetime
     latestRun: RunOut | None = Field(description="The most recent run, on any revision.")
@@ -102,6 +117,7 @@ class ConnectionOut(BaseModel):
             baseUrl=connection.base_url,
             revision=connection.revision,
             approved=connection.approved,
+            maxInFlight=connection.max_in_flight,
             createdAt=connection.created_at,
             updatedAt=connection.updated_at,
             latestRun=None if run is None else RunOut.of(run),

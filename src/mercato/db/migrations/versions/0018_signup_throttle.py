@@ -2,8 +2,8 @@
 with the points each was granted, for the sign-up throttle and the daily grant cap
 (decisions 0527, 0528).
 
-Revision ID: 0019_signup_throttle
-Revises: 0016_money_checks_as_comparisons
+Revision ID: 0018_signup_throttle
+Revises: 0017_connection_max_in_flight
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from alembic import op
 
 from mercato.db.base import UTCDateTime
 
-revision = "0019_signup_throttle"
-down_revision = "0016_money_checks_as_comparisons"
+revision = "0018_signup_throttle"
+down_revision = "0017_connection_max_in_flight"
 branch_labels = None
 depends_on = None
 
