@@ -1,0 +1,375 @@
+"""Capacity for slow work (issue 39): how many calls one `mercato serve` process holds in flight
+to a provider that answers each `--delay` seconds after it arrives.
+
+    python -m bench.capacity [--calls 1000,5000] [--delay 8] [--store sqlite|postgresql]
+        [--provider-timeout S] [--out DIR] [--json]
+
+One store, a fresh database; the lean provider (`bench.lean_provider`, asyncio on uvicorn: each
+sleeping call is a coroutine and a socket, no thread) and `mercato serve --workers 1`. The
+connection's `maxInFlight` is raised to the largest burst (`mercato admin update-connection ID
+--max-in-flight N`) and, when needed, `MERCATO_PROVIDER_MAX_IN_FLIGHT_CEILING` and
+`MERCATO_MAX_IN_FLIGHT` with it. The soft RLIMIT_NOFILE of this process, and so of serve, the
+provider and the load generator it starts, is raised to the hard limit.
+
+Each burst (`--calls`, in order, on the same serve) sends N invokes at once, one per
+connection (`bench.load.run_burst`), and waits for every answer. Measured: the answers by status
+and problem code, their latency, the most calls the provider had asleep at once (its own count:
+the calls serve really held in flight), serve's peak RSS (sampled VmRSS, and VmHWM at the end)
+and open descriptors. Then: every call settled on its first answer (one attempt, no
+reconciliation), `verify-ledger` balanced and every accepted call settled exactly once. The
+result says which limit bounds the number (`bounds`). Exits 1 when a burst's calls were not all
+settled on their first answer with a 200, or the ledger check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.harness import (
+    DEFAULT_PG_ADMIN,
+    RESULTS,
+    SERVICE,
+    Target,
+    database,
+    free_port,
+    ledger_check,
+    ledger_ok,
+    mercato,
+    platform_env,
+    process,
+    seed,
+)
+from bench.load import run_burst
+from bench.slow import (
+    Sampler,
+    Tally,
+    connection_id,
+    first_answers,
+    kernel_limits,
+    nofile_of,
+    open_fds,
+    raise_nofile,
+    set_max_in_flight,
+    sleeping,
+    sleeping_factory,
+    status_kib,
+)
+
+GIB_KIB = 1024 * 1024
+SERVE_FDS_PER_CALL = 2  # the caller's connection and the connection to the provider
+
+
+@dataclass
+class Options:
+    calls: tuple[int, ...] = (5000,)
+    delay: float = 8.0
+    store: str = "sqlite"
+    provider_timeout: float | None = None  # None: the setting's default
+    pg_admin_url: str = DEFAULT_PG_ADMIN
+    out_dir: Path = RESULTS
+
+
+def bounds(
+    *,
+    calls: int,
+    in_flight: int,
+    delay: float,
+    timeout: float,
+    max_latency_s: float,
+    burst_seconds: float,
+    serve_nofile: int,
+    serve_base_fds: int,
+    provider_nofile: int,
+    client_nofile: int,
+    ephemeral_ports: int,
+    rss_base_kib: int,
+    rss_peak_kib: int,
+    max_in_flight: int | None,
+) -> dict[str, Any]:
+    """How many calls at once each limit allows, from one burst's figures, and which allows the
+    fewest (`nearest_limit`). Descriptors: serve holds two per call (the caller's socket and the
+    provider's), the provider and the load generator one each; ports: one loopback address pair
+    per connection; memory: serve's growth over its idle RSS per call held, projected to 1 GiB;
+    the provider timeout: every call must be answered within it, so the burst's slowest answer
+    is compared with it; acceptance: a burst the process could not accept within `delay` never
+    had all its calls asleep at once (the provider's own count says how many it had), and a burst
+    answered in waves (its slowest answer about twice the delay or more) waited for slots inside
+    serve. `bound_by` says which of these held the burst back, or that none did."""
+    per_call_kib = (rss_peak_kib - rss_base_kib) / in_flight if in_flight else 0.0
+    limits: dict[str, int | None] = {
+        "serve_file_descriptors": (serve_nofile - serve_base_fds) // SERVE_FDS_PER_CALL,
+        "provider_file_descriptors": provider_nofile,
+        "load_generator_file_descriptors": client_nofile,
+        "ephemeral_ports_per_address_pair": ephemeral_ports,
+        "serve_rss_1_GiB": (
+            int((GIB_KIB - rss_base_kib) / per_call_kib) if per_call_kib > 0 else None
+        ),
+        "connection_max_in_flight": max_in_flight,
+    }
+    known = {name: value for name, value in limits.items() if value is not None}
+    nearest = min(known, key=lambda name: known[name]) if known else None
+    notes: list[str] = []
+    if in_flight >= calls:
+        bound_by = f"not reached: all {calls} at once; the nearest limit is {nearest}"
+    elif max_latency_s >= 1.9 * delay:
+        bound_by = f"slots inside serve: about {in_flight} provider calls at once"
+        notes.append(
+            f"only {in_flight} of {calls} calls were asleep at the provider at once and the "
+            f"slowest answer took {max_latency_s:.1f} s, {max_latency_s / delay:.1f} × the "
+            f"delay: calls waited inside serve for a slot an earlier call held (answers came "
+            "in waves): a pool or cap of provider connections bounds it"
+        )
+    else:
+        bound_by = "the rate at which serve accepts calls"
+        notes.append(
+            f"only {in_flight} of {calls} calls were asleep at the provider at once: the burst "
+            f"took {burst_seconds:.1f} s to answer, and a call accepted more than {delay:g} s "
+            "after the first was answered had no company left; the rate at which serve accepts "
+            "calls bounds it, not a limit below"
+        )
+    return {
+        "calls_allowed_by": limits,
+        "nearest_limit": nearest,
+        "bound_by": bound_by,
+        "rss_per_call_kib": round(per_call_kib, 1),
+        "notes": notes,
+    }
+
+
+def burst(
+    target: Target, provider_url: str, serve_pid: int, calls: int, delay: float, tag: str
+) -> tuple[dict[str, Any], Tally]:
+    """N invokes at once, every answer waited for; what the provider and serve saw."""
+    sleeping(provider_url, reset=True)
+    tally = Tally()
+    with Sampler(serve_pid) as sampler:
+        result = run_burst(
+            target.platform,
+            sleeping_factory(target, SERVICE, tag, delay),
+            clients=calls,
+            check=tally,
+        )
+    asleep = sleeping(provider_url)
+    latencies = sorted(result.latencies_ms)
+    return {
+        "calls": calls,
+        "answered": result.answered,
+        "connection_errors": result.errors,
+        **tally.summary(),
+        "seconds_first_connect_to_last_answer": round(result.seconds, 3),
+        "latency_ms": {
+            "min": round(latencies[0], 1) if latencies else None,
+            "p50": round(result.percentile(50), 1),
+            "p99": round(result.percentile(99), 1),
+            "max": round(latencies[-1], 1) if latencies else None,
+        },
+        "provider_asleep_at_once": asleep["peak"],
+        "serve_peak_rss_mib_sampled": round(sampler.peak_rss_kib / 1024, 1),
+        "serve_peak_open_fds_sampled": sampler.peak_fds,
+        "samples": sampler.samples,
+        "load_generator_cpu_seconds": round(result.client_cpu_seconds, 2),
+    }, tally
+
+
+def run(options: Options, say: Any) -> dict[str, Any]:
+    from mercato.db.runtime import Runtime
+    from mercato.settings import Settings
+
+    started = dt.datetime.now(dt.UTC)
+    nofile = raise_nofile()
+    most = max(options.calls)
+    result: dict[str, Any] = {
+        "started_at": started.isoformat(),
+        "what": "calls one `mercato serve --workers 1` holds in flight to a provider that "
+        "answers each call `delay` seconds after it arrives (issue 39)",
+        "options": {
+            "calls": list(options.calls),
+            "delay": options.delay,
+            "store": options.store,
+            "provider_timeout": options.provider_timeout,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_at_start": os.getloadavg(),
+            "rlimit_nofile": nofile,
+            "kernel": kernel_limits(),
+        },
+    }
+    workdir = Path(tempfile.mkdtemp(prefix=f"mercato-capacity-{options.store}-"))
+    data_dir = workdir / "data"
+    data_dir.mkdir()
+    keep = False
+    try:
+        with database(options.store, workdir, options.pg_admin_url) as db_url:
+            env = platform_env(db_url, data_dir)
+            env["MERCATO_PROVIDER_MAX_IN_FLIGHT_CEILING"] = str(max(1024, most))
+            env["MERCATO_MAX_IN_FLIGHT"] = str(max(4096, most))
+            if options.provider_timeout is not None:
+                env["MERCATO_PROVIDER_TIMEOUT_SECONDS"] = str(options.provider_timeout)
+            settings = Settings(env="dev", data_dir=data_dir, database_url=db_url)
+            timeout = options.provider_timeout or float(settings.provider_timeout_seconds)
+            result["options"]["provider_timeout"] = timeout
+            migrated = mercato("migrate", env=env)
+            if migrated.returncode != 0:
+                raise RuntimeError(f"migrate failed: {migrated.stderr[-2000:]}")
+            runtime = Runtime.from_settings(settings)
+            credential = "bench-" + secrets.token_urlsafe(24)
+            provider_env = {**os.environ, "BENCH_PROVIDER_CREDENTIAL": credential}
+            provider_port, serve_port = free_port(), free_port()
+            provider_args = [sys.executable, "-m", "bench.lean_provider"]
+            provider_args += ["--port", str(provider_port)]
+            serve_args = [sys.executable, "-m", "mercato", "serve", "--port", str(serve_port)]
+            serve_args += ["--workers", "1"]
+            try:
+                with process(
+                    provider_args, provider_env, workdir / "provider.log", provider_port
+                ) as (provider_url, provider_pid):
+                    seeded = seed(runtime, providers={SERVICE: provider_url}, credential=credential)
+                    bulkhead = set_max_in_flight(env, connection_id(runtime, SERVICE), most)
+                    result["bulkhead"] = bulkhead
+                    if bulkhead["exit"] != 0:
+                        say(f"note: no per-connection bulkhead here ({bulkhead['said']})")
+                    with process(serve_args, env, workdir / "serve.log", serve_port) as (
+                        serve_url,
+                        serve_pid,
+                    ):
+                        target = Target(platform=serve_url, provider=provider_url, seeded=seeded)
+                        idle_rss = status_kib(serve_pid, "VmRSS") or 0
+                        idle_fds = open_fds(serve_pid) or 0
+                        result["serve_idle"] = {
+                            "rss_mib": round(idle_rss / 1024, 1),
+                            "open_fds": idle_fds,
+                            "rlimit_nofile": nofile_of(serve_pid),
+                        }
+                        bursts = []
+                        for index, calls in enumerate(options.calls):
+                            say(f"[{options.store}] burst of {calls} calls of {options.delay:g} s")
+                            shown, tally = burst(
+                                target, provider_url, serve_pid, calls, options.delay, f"c{index}"
+                            )
+                            target.invoke_answers.update(tally.statuses)
+                            max_latency = (shown["latency_ms"]["max"] or 0.0) / 1000
+                            shown["bounds"] = bounds(
+                                calls=calls,
+                                in_flight=shown["provider_asleep_at_once"],
+                                delay=options.delay,
+                                timeout=timeout,
+                                max_latency_s=max_latency,
+                                burst_seconds=shown["seconds_first_connect_to_last_answer"],
+                                serve_nofile=nofile_of(serve_pid) or nofile["soft"],
+                                serve_base_fds=idle_fds,
+                                provider_nofile=nofile_of(provider_pid) or nofile["soft"],
+                                client_nofile=nofile["soft"],
+                                ephemeral_ports=result["machine"]["kernel"]["ephemeral_ports"],
+                                rss_base_kib=idle_rss,
+                                rss_peak_kib=shown["serve_peak_rss_mib_sampled"] * 1024,
+                                max_in_flight=most if bulkhead["exit"] == 0 else None,
+                            )
+                            say(f"[{options.store}] {line(shown)}")
+                            bursts.append(shown)
+                        result["bursts"] = bursts
+                        hwm = status_kib(serve_pid, "VmHWM") or 0
+                        result["serve_vmhwm_mib"] = round(hwm / 1024, 1)
+                        result["serve_rss_under_1_gib"] = hwm < GIB_KIB
+                    result["settlement"] = first_answers(runtime)
+                    result["ledger"] = ledger_check(runtime, env, target)
+            finally:
+                runtime.db.dispose()
+        result["machine"]["loadavg_at_end"] = os.getloadavg()
+        result["passed"] = passed(result)
+        keep = not result["passed"]
+    finally:
+        if keep:
+            say(f"kept {workdir} (its logs and database)")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    path = options.out_dir / f"capacity-{options.store}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    result["json_path"] = str(path)
+    return result
+
+
+def passed(result: dict[str, Any]) -> bool:
+    """Every burst answered whole with 200s, every call settled on its first answer with none
+    reconciled, the ledger balanced, and serve's RSS under 1 GiB."""
+    whole = all(
+        b["statuses"] == {"200": b["calls"]} and b["connection_errors"] == 0
+        for b in result.get("bursts", [])
+    )
+    return (
+        whole
+        and bool(result.get("settlement", {}).get("all_settled_on_first_answer"))
+        and ledger_ok(result.get("ledger", {}))
+        and bool(result.get("serve_rss_under_1_gib"))
+    )
+
+
+def line(shown: dict[str, Any]) -> str:
+    latency = shown["latency_ms"]
+    return (
+        f"{shown['calls']} calls: {shown['provider_asleep_at_once']} asleep at the provider at "
+        f"once; answers {shown['statuses']} {shown['problem_codes'] or ''}; latency p50 "
+        f"{latency['p50']} ms, max {latency['max']} ms; serve peak RSS "
+        f"{shown['serve_peak_rss_mib_sampled']} MiB, {shown['serve_peak_open_fds_sampled']} fds; "
+        f"bound by {shown['bounds']['bound_by']}"
+    )
+
+
+def _calls(value: str) -> tuple[int, ...]:
+    try:
+        calls = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError("--calls: comma-separated whole numbers") from None
+    if not calls or min(calls) < 1:
+        raise argparse.ArgumentTypeError("--calls: at least one number, each 1 or more")
+    return calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__)
+    parser.add_argument("--calls", type=_calls, default=(5000,), help="burst sizes, in order")
+    parser.add_argument("--delay", type=float, default=8.0, help="seconds the provider sleeps")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument(
+        "--provider-timeout", type=float, default=None, help="MERCATO_PROVIDER_TIMEOUT_SECONDS"
+    )
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON is written")
+    parser.add_argument("--json", action="store_true", help="print the result JSON on stdout")
+    args = parser.parse_args(argv)
+    if args.delay <= 0:
+        parser.error("--delay: must be more than 0")
+    options = Options(
+        calls=args.calls,
+        delay=args.delay,
+        store=args.store,
+        provider_timeout=args.provider_timeout,
+        pg_admin_url=args.pg_admin_url,
+        out_dir=args.out,
+    )
+    result = run(options, lambda message: print(message, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for shown in result.get("bursts", []):
+            print(line(shown))
+            for note in shown["bounds"]["notes"]:
+                print(f"  {note}")
+        print(f"serve VmHWM {result.get('serve_vmhwm_mib')} MiB; {result.get('settlement')}")
+        print(f"result: {result['json_path']}; passed={result['passed']}")
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
