@@ -137,6 +137,12 @@ def bounds(
             "after the first was answered had no company left; the rate at which serve accepts "
             "calls bounds it, not a limit below"
         )
+    margin = timeout - max_latency_s
+    notes.append(
+        f"slowest answer {max_latency_s:.2f} s from the caller's side, provider timeout "
+        f"{timeout:g} s, provider delay {delay:g} s: {margin:+.2f} s to spare"
+        + ("" if margin > 0 else " (calls past it are unknown outcomes: reconciled)")
+    )
     return {
         "calls_allowed_by": limits,
         "nearest_limit": nearest,
