@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import resource
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,14 +149,19 @@ def nofile_of(pid: int) -> int | None:
 
 class Sampler:
     """Samples a process's resident memory (VmRSS) and open descriptors every `every` seconds
-    in a thread, keeping the peaks, until stopped; waiting on an event, not sleeping blind."""
+    in a thread, keeping the peaks, until stopped; waiting on an event, not sleeping blind.
+    With `live_url`, each sample also times one `GET /health/live` of the server (a fresh
+    connection each time): how long the server's event loop kept a trivial request waiting."""
 
-    def __init__(self, pid: int, every: float = 0.25) -> None:
+    def __init__(self, pid: int, every: float = 0.25, live_url: str | None = None) -> None:
         self.pid = pid
         self.every = every
+        self.live_url = live_url
         self.peak_rss_kib = 0
         self.peak_fds = 0
         self.samples = 0
+        self.live_ms: list[float] = []
+        self.live_failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -164,6 +170,24 @@ class Sampler:
         self.samples += 1
         self.peak_rss_kib = max(self.peak_rss_kib, rss or 0)
         self.peak_fds = max(self.peak_fds, fds or 0)
+        if self.live_url is not None:
+            began = time.perf_counter()
+            try:
+                httpx.get(self.live_url + "/health/live", timeout=60).raise_for_status()
+            except httpx.HTTPError:
+                self.live_failures += 1
+            else:
+                self.live_ms.append((time.perf_counter() - began) * 1000)
+
+    def live_summary(self) -> dict[str, Any]:
+        """The `/health/live` probes: how many, their median and slowest, and failures."""
+        ordered = sorted(self.live_ms)
+        return {
+            "probes": len(ordered),
+            "p50_ms": round(ordered[len(ordered) // 2], 1) if ordered else None,
+            "max_ms": round(ordered[-1], 1) if ordered else None,
+            "failures": self.live_failures,
+        }
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
@@ -213,9 +237,39 @@ def set_max_in_flight(env: dict[str, str], connection: str, calls: int) -> dict[
     return {"max_in_flight": calls, "exit": done.returncode, "said": said[-1] if said else ""}
 
 
-def first_answers(runtime: Any) -> dict[str, Any]:
+def provider_calls(log: Path, offset: int = 0) -> tuple[dict[str, Any], int]:
+    """serve's `provider call` log lines (JSON, one per call: its transport error and elapsed
+    time, never a secret) from byte `offset` of its log on: executions by error, and their
+    elapsed time; and the log's length, the next offset."""
+    errors: Counter[str] = Counter()
+    elapsed: list[float] = []
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    for raw in data.splitlines():
+        if b'"provider call"' not in raw:
+            continue
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if line.get("operation") != "execute":
+            continue
+        errors[str(line.get("provider_error") or "none")] += 1
+        elapsed.append(float(line.get("elapsed_ms") or 0.0))
+    elapsed.sort()
+    return {
+        "calls": len(elapsed),
+        "by_error": dict(sorted(errors.items())),
+        "elapsed_ms_p50": round(elapsed[len(elapsed) // 2], 1) if elapsed else None,
+        "elapsed_ms_max": round(elapsed[-1], 1) if elapsed else None,
+    }, offset + len(data)
+
+
+def first_answers(runtime: Any, key_prefix: str = "") -> dict[str, Any]:
     """Whether every call was settled on its first answer: per invocation its attempts (sends)
-    and reconciliations, counted over the whole store."""
+    and reconciliations; over the calls whose Idempotency-Key starts with `key_prefix` (every
+    call of the store by default)."""
     with runtime.db.read() as session:
         row = session.execute(
             text(
@@ -224,15 +278,20 @@ def first_answers(runtime: Any) -> dict[str, Any]:
                 "coalesce(sum(CASE WHEN (SELECT count(*) FROM invocation_attempts a "
                 "WHERE a.invocation_id = i.id) <> 1 THEN 1 ELSE 0 END), 0), "
                 "coalesce(sum(CASE WHEN i.state = 'SUCCEEDED' AND i.settlement = 'SETTLED' "
-                "THEN 1 ELSE 0 END), 0) "
-                "FROM invocations i"
-            )
+                "THEN 1 ELSE 0 END), 0), "
+                "coalesce(sum(CASE WHEN i.state = 'SUCCEEDED' AND i.settlement = 'SETTLED' "
+                "AND i.reconciliations = 0 AND (SELECT count(*) FROM invocation_attempts a "
+                "WHERE a.invocation_id = i.id) = 1 THEN 1 ELSE 0 END), 0) "
+                "FROM invocations i WHERE i.idempotency_key LIKE :prefix"
+            ),
+            {"prefix": key_prefix + "%"},  # the bench's keys hold no `%` or `_`
         ).one()
-    calls, reconciled, resent, settled = (int(v) for v in row)
+    calls, reconciled, resent, settled, first = (int(v) for v in row)
     return {
         "invocations": calls,
         "reconciled": reconciled,
         "not_one_attempt": resent,
         "succeeded_settled": settled,
-        "all_settled_on_first_answer": calls == settled and reconciled == 0 and resent == 0,
+        "settled_on_first_answer": first,
+        "all_settled_on_first_answer": calls == first,
     }

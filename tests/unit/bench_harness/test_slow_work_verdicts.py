@@ -30,9 +30,11 @@ def _bounds(capacity: ModuleType, **changed: Any) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "calls": 5000,
         "in_flight": 5000,
+        "settled_first": 5000,
         "delay": 8.0,
         "timeout": 10.0,
-        "max_latency_s": 9.5,
+        "max_latency_s": 12.5,
+        "provider_elapsed_max_s": 9.5,
         "burst_seconds": 9.6,
         "serve_nofile": 20000,
         "serve_base_fds": 20,
@@ -63,26 +65,51 @@ def test_a_burst_held_whole_names_the_nearest_limit_and_what_each_allows(
     assert allowed["connection_max_in_flight"] == 5000
     assert shown["nearest_limit"] == "connection_max_in_flight"
     assert shown["bound_by"].startswith("not reached: all 5000 at once")
-    assert "+0.50 s to spare" in shown["notes"][-1]
+    assert shown["notes"] == [
+        "slowest answer 9.50 s as serve (its provider call) timed it, provider timeout 10 s, "
+        "provider delay 8 s: +0.50 s to spare"
+    ]
+
+
+def test_a_burst_all_asleep_but_read_late_is_bound_by_the_provider_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacity = _bench(monkeypatch, "capacity")
+    shown = _bounds(capacity, settled_first=35, provider_elapsed_max_s=13.6)
+    assert shown["bound_by"] == "the provider timeout: serve read answers too late"
+    assert "only 35 were settled on their first answer" in shown["notes"][0]
+    assert shown["notes"][1].endswith(
+        "-3.60 s to spare (calls past it are unknown outcomes: reconciled)"
+    )
 
 
 def test_a_burst_answered_in_waves_is_bound_by_slots_inside_serve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     capacity = _bench(monkeypatch, "capacity")
-    shown = _bounds(capacity, in_flight=103, max_latency_s=31.3, max_in_flight=None)
+    shown = _bounds(
+        capacity,
+        in_flight=103,
+        settled_first=0,
+        max_latency_s=31.3,
+        provider_elapsed_max_s=None,
+        max_in_flight=None,
+    )
     assert shown["bound_by"] == "slots inside serve: about 103 provider calls at once"
     assert "connection_max_in_flight" not in {
         k for k, v in shown["calls_allowed_by"].items() if v is not None
     }
-    assert "(calls past it are unknown outcomes: reconciled)" in shown["notes"][-1]
+    assert shown["notes"][-1] == (
+        "slowest answer 31.30 s as the caller timed it, provider timeout 10 s, provider delay "
+        "8 s: -21.30 s to spare (calls past it are unknown outcomes: reconciled)"
+    )
 
 
 def test_a_burst_spread_by_acceptance_is_bound_by_the_acceptance_rate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     capacity = _bench(monkeypatch, "capacity")
-    shown = _bounds(capacity, in_flight=3100, max_latency_s=9.9, burst_seconds=13.0)
+    shown = _bounds(capacity, in_flight=3100, burst_seconds=13.0)
     assert shown["bound_by"] == "the rate at which serve accepts calls"
     assert "only 3100 of 5000 calls" in shown["notes"][0]
 
@@ -91,19 +118,28 @@ def test_a_capacity_run_passes_only_whole_settled_balanced_and_under_a_gibibyte(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     capacity = _bench(monkeypatch, "capacity")
+    burst = {
+        "calls": 10,
+        "statuses": {"200": 10},
+        "connection_errors": 0,
+        "provider_asleep_at_once": 10,
+        "settlement": {"invocations": 10, "all_settled_on_first_answer": True},
+    }
+    assert capacity.settled_whole(burst)
+    assert not capacity.settled_whole({**burst, "statuses": {"200": 9, "202": 1}})
+    assert not capacity.settled_whole({**burst, "provider_asleep_at_once": 9})
+    assert not capacity.settled_whole({**burst, "connection_errors": 1})
+    assert not capacity.settled_whole(
+        {**burst, "settlement": {"invocations": 10, "all_settled_on_first_answer": False}}
+    )
     good = {
-        "bursts": [{"calls": 10, "statuses": {"200": 10}, "connection_errors": 0}],
+        "bursts": [{**burst, "settled_whole": True}],
         "settlement": {"all_settled_on_first_answer": True},
         "ledger": {"verify_ledger_balanced": True, "every_accepted_call_settled_once": True},
         "serve_rss_under_1_gib": True,
     }
     assert capacity.passed(good)
-    assert not capacity.passed(
-        {
-            **good,
-            "bursts": [{"calls": 10, "statuses": {"200": 9, "202": 1}, "connection_errors": 0}],
-        }
-    )
+    assert not capacity.passed({**good, "bursts": [{**burst, "settled_whole": False}]})
     assert not capacity.passed({**good, "settlement": {"all_settled_on_first_answer": False}})
     assert not capacity.passed({**good, "serve_rss_under_1_gib": False})
     assert not capacity.passed({**good, "ledger": {"verify_ledger_balanced": True}})
