@@ -44,6 +44,7 @@ from bench.harness import (
     free_port,
     ledger_check,
     ledger_ok,
+    measure_window,
     mercato,
     platform_env,
     process,
@@ -90,6 +91,7 @@ def bounds(
     max_latency_s: float,
     provider_elapsed_max_s: float | None,
     burst_seconds: float,
+    serve_cpu_ms_per_call: float,
     serve_nofile: int,
     serve_base_fds: int,
     provider_nofile: int,
@@ -149,6 +151,15 @@ def bounds(
             "after the first was answered had no company left; the rate at which serve accepts "
             "calls bounds it, not a limit below"
         )
+    if serve_cpu_ms_per_call > 0:
+        notes.append(
+            f"serve spent {serve_cpu_ms_per_call:.2f} ms of CPU per call (accept, send, read, "
+            f"settle, answer); the answers of a burst come back together, {delay:g} s after "
+            f"their sends, and each must be read within the timeout's {timeout - delay:g} s "
+            f"margin over the delay: of the order of "
+            f"{int((timeout - delay) * 1000 / serve_cpu_ms_per_call)} calls' work fits in it on "
+            "one core, an estimate, not a measurement"
+        )
     slowest = max_latency_s if provider_elapsed_max_s is None else provider_elapsed_max_s
     seen_by = "the caller" if provider_elapsed_max_s is None else "serve (its provider call)"
     margin = timeout - slowest
@@ -173,11 +184,14 @@ def burst(
     sleeping(provider_url, reset=True)
     tally = Tally()
     with Sampler(serve_pid, live_url=target.platform) as sampler:
-        result = run_burst(
-            target.platform,
-            sleeping_factory(target, SERVICE, tag, delay),
-            clients=calls,
-            check=tally,
+        result, cpu = measure_window(
+            serve_pid,
+            lambda: run_burst(
+                target.platform,
+                sleeping_factory(target, SERVICE, tag, delay),
+                clients=calls,
+                check=tally,
+            ),
         )
     asleep = sleeping(provider_url)
     latencies = sorted(result.latencies_ms)
@@ -198,6 +212,8 @@ def burst(
         "serve_peak_open_fds_sampled": sampler.peak_fds,
         "samples": sampler.samples,
         "serve_health_live_during": sampler.live_summary(),
+        "serve_cpu_seconds": round(cpu or 0.0, 2),
+        "serve_cpu_ms_per_call": round(1000 * (cpu or 0.0) / calls, 3),
         "load_generator_cpu_seconds": round(result.client_cpu_seconds, 2),
     }, tally
 
@@ -298,6 +314,7 @@ def run(options: Options, say: Any) -> dict[str, Any]:
                                 max_latency_s=max_latency,
                                 provider_elapsed_max_s=None if elapsed is None else elapsed / 1000,
                                 burst_seconds=shown["seconds_first_connect_to_last_answer"],
+                                serve_cpu_ms_per_call=shown["serve_cpu_ms_per_call"],
                                 serve_nofile=nofile_of(serve_pid) or nofile["soft"],
                                 serve_base_fds=idle_fds,
                                 provider_nofile=nofile_of(provider_pid) or nofile["soft"],

@@ -36,6 +36,7 @@ def _bounds(capacity: ModuleType, **changed: Any) -> dict[str, Any]:
         "max_latency_s": 12.5,
         "provider_elapsed_max_s": 9.5,
         "burst_seconds": 9.6,
+        "serve_cpu_ms_per_call": 0.0,
         "serve_nofile": 20000,
         "serve_base_fds": 20,
         "provider_nofile": 20000,
@@ -75,10 +76,14 @@ def test_a_burst_all_asleep_but_read_late_is_bound_by_the_provider_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     capacity = _bench(monkeypatch, "capacity")
-    shown = _bounds(capacity, settled_first=35, provider_elapsed_max_s=13.6)
+    shown = _bounds(
+        capacity, settled_first=35, provider_elapsed_max_s=13.6, serve_cpu_ms_per_call=4.0
+    )
     assert shown["bound_by"] == "the provider timeout: serve read answers too late"
     assert "only 35 were settled on their first answer" in shown["notes"][0]
-    assert shown["notes"][1].endswith(
+    assert "4.00 ms of CPU per call" in shown["notes"][1]
+    assert "of the order of 500 calls' work fits in it" in shown["notes"][1]
+    assert shown["notes"][2].endswith(
         "-3.60 s to spare (calls past it are unknown outcomes: reconciled)"
     )
 
