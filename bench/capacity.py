@@ -92,6 +92,7 @@ def bounds(
     provider_elapsed_max_s: float | None,
     burst_seconds: float,
     serve_cpu_ms_per_call: float,
+    live_max_s: float | None,
     serve_nofile: int,
     serve_base_fds: int,
     provider_nofile: int,
@@ -107,9 +108,11 @@ def bounds(
     per connection; memory: serve's growth over its idle RSS per call held, projected to 1 GiB;
     the provider timeout: every call must be answered within it, so the burst's slowest answer
     is compared with it; acceptance: a burst the process could not accept within `delay` never
-    had all its calls asleep at once (the provider's own count says how many it had), and a burst
-    answered in waves (its slowest answer about twice the delay or more) waited for slots inside
-    serve. `bound_by` says which of these held the burst back, or that none did."""
+    had all its calls asleep at once (the provider's own count says how many it had), a burst
+    during which serve kept a trivial request (`/health/live`, `live_max_s`) waiting longer than
+    the timeout's margin over the delay had its event loop behind, and a burst answered in waves
+    (its slowest answer about twice the delay or more) waited for slots inside serve. `bound_by`
+    says which of these held the burst back, in that order, or that none did."""
     per_call_kib = (rss_peak_kib - rss_base_kib) / in_flight if in_flight else 0.0
     limits: dict[str, int | None] = {
         "serve_file_descriptors": (serve_nofile - serve_base_fds) // SERVE_FDS_PER_CALL,
@@ -124,8 +127,18 @@ def bounds(
     known = {name: value for name, value in limits.items() if value is not None}
     nearest = min(known, key=lambda name: known[name]) if known else None
     notes: list[str] = []
+    margin_s = timeout - delay
     if in_flight >= calls and settled_first >= calls:
         bound_by = f"not reached: all {calls} at once; the nearest limit is {nearest}"
+    elif live_max_s is not None and live_max_s > margin_s:
+        bound_by = "serve's CPU: its event loop fell behind by more than the timeout's margin"
+        notes.append(
+            f"a trivial request (/health/live) waited up to {live_max_s:.1f} s in serve during "
+            f"the burst, more than the {margin_s:g} s the timeout leaves over the delay: answers "
+            f"that came back meanwhile were read after the timeout ({settled_first} of {calls} "
+            f"settled on their first answer, {in_flight} asleep at the provider at once); the "
+            "work per call, on the CPU this process gets, bounds it"
+        )
     elif in_flight >= calls:
         bound_by = "the provider timeout: serve read answers too late"
         notes.append(
@@ -157,7 +170,7 @@ def bounds(
             f"settle, answer); the answers of a burst come back together, {delay:g} s after "
             f"their sends, and each must be read within the timeout's {timeout - delay:g} s "
             f"margin over the delay: of the order of "
-            f"{int((timeout - delay) * 1000 / serve_cpu_ms_per_call)} calls' work fits in it on "
+            f"{int(margin_s * 1000 / serve_cpu_ms_per_call)} calls' work fits in it on "
             "one core, an estimate, not a measurement"
         )
     slowest = max_latency_s if provider_elapsed_max_s is None else provider_elapsed_max_s
@@ -305,6 +318,7 @@ def run(options: Options, say: Any) -> dict[str, Any]:
                             shown["settled_whole"] = settled_whole(shown)
                             max_latency = (shown["latency_ms"]["max"] or 0.0) / 1000
                             elapsed = sent["elapsed_ms_max"]
+                            live = shown["serve_health_live_during"]["max_ms"]
                             shown["bounds"] = bounds(
                                 calls=calls,
                                 in_flight=shown["provider_asleep_at_once"],
@@ -315,6 +329,7 @@ def run(options: Options, say: Any) -> dict[str, Any]:
                                 provider_elapsed_max_s=None if elapsed is None else elapsed / 1000,
                                 burst_seconds=shown["seconds_first_connect_to_last_answer"],
                                 serve_cpu_ms_per_call=shown["serve_cpu_ms_per_call"],
+                                live_max_s=None if live is None else live / 1000,
                                 serve_nofile=nofile_of(serve_pid) or nofile["soft"],
                                 serve_base_fds=idle_fds,
                                 provider_nofile=nofile_of(provider_pid) or nofile["soft"],

@@ -37,6 +37,7 @@ def _bounds(capacity: ModuleType, **changed: Any) -> dict[str, Any]:
         "provider_elapsed_max_s": 9.5,
         "burst_seconds": 9.6,
         "serve_cpu_ms_per_call": 0.0,
+        "live_max_s": 0.4,
         "serve_nofile": 20000,
         "serve_base_fds": 20,
         "provider_nofile": 20000,
@@ -108,6 +109,20 @@ def test_a_burst_answered_in_waves_is_bound_by_slots_inside_serve(
         "slowest answer 31.30 s as the caller timed it, provider timeout 10 s, provider delay "
         "8 s: -21.30 s to spare (calls past it are unknown outcomes: reconciled)"
     )
+
+
+def test_a_burst_with_serve_s_loop_behind_past_the_margin_is_bound_by_its_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacity = _bench(monkeypatch, "capacity")
+    shown = _bounds(
+        capacity, in_flight=4549, settled_first=299, max_latency_s=51.3, live_max_s=44.6
+    )
+    assert shown["bound_by"] == (
+        "serve's CPU: its event loop fell behind by more than the timeout's margin"
+    )
+    assert shown["notes"][0].startswith("a trivial request (/health/live) waited up to 44.6 s")
+    assert "(299 of 5000 settled on their first answer, 4549 asleep" in shown["notes"][0]
 
 
 def test_a_burst_spread_by_acceptance_is_bound_by_the_acceptance_rate(
