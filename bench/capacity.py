@@ -93,6 +93,7 @@ def bounds(
     burst_seconds: float,
     serve_cpu_ms_per_call: float,
     live_max_s: float | None,
+    started_over_s: float | None,
     serve_nofile: int,
     serve_base_fds: int,
     provider_nofile: int,
@@ -110,9 +111,12 @@ def bounds(
     is compared with it; acceptance: a burst the process could not accept within `delay` never
     had all its calls asleep at once (the provider's own count says how many it had), a burst
     during which serve kept a trivial request (`/health/live`, `live_max_s`) waiting longer than
-    the timeout's margin over the delay had its event loop behind, and a burst answered in waves
-    (its slowest answer about twice the delay or more) waited for slots inside serve. `bound_by`
-    says which of these held the burst back, in that order, or that none did."""
+    the timeout's margin over the delay had its event loop behind, and a burst whose calls never
+    all slept at once was either accepted too slowly or waited inside serve: told apart by
+    `started_over_s`, the seconds over which serve started their provider calls (from its log;
+    longer than the delay: acceptance; shorter: a wait inside serve, answers in waves), or without
+    it by the slowest answer (twice the delay or more: waves). `bound_by` says which of these held
+    the burst back, in that order, or that none did."""
     per_call_kib = (rss_peak_kib - rss_base_kib) / in_flight if in_flight else 0.0
     limits: dict[str, int | None] = {
         "serve_file_descriptors": (serve_nofile - serve_base_fds) // SERVE_FDS_PER_CALL,
@@ -148,13 +152,27 @@ def bounds(
             f"{timeout:g} s timeout (unknown outcomes, reconciled later); the CPU serve spends "
             "per call, against the timeout's margin over the delay, bounds it"
         )
-    elif max_latency_s >= 1.9 * delay:
+    elif started_over_s is not None and started_over_s > delay:
+        bound_by = "the rate at which serve accepts calls"
+        notes.append(
+            f"only {in_flight} of {calls} calls were asleep at the provider at once: serve "
+            f"started their provider calls over {started_over_s:.1f} s, longer than the "
+            f"{delay:g} s each sleeps, so the first were answered before the last were sent; the "
+            "rate at which serve accepts calls bounds it, not a limit below"
+        )
+    elif started_over_s is not None or max_latency_s >= 1.9 * delay:
         bound_by = f"slots inside serve: about {in_flight} provider calls at once"
         notes.append(
-            f"only {in_flight} of {calls} calls were asleep at the provider at once and the "
-            f"slowest answer took {max_latency_s:.1f} s, {max_latency_s / delay:.1f} × the "
-            f"delay: calls waited inside serve for a slot an earlier call held (answers came "
-            "in waves): a pool or cap of provider connections bounds it"
+            f"only {in_flight} of {calls} calls were asleep at the provider at once, though "
+            "serve started their provider calls "
+            + (
+                f"within {started_over_s:.1f} s"
+                if started_over_s is not None
+                else f"(the slowest answer took {max_latency_s:.1f} s, "
+                f"{max_latency_s / delay:.1f} × the delay)"
+            )
+            + ": calls waited inside serve for a slot an earlier call held (answers came in "
+            "waves): a pool or cap of provider connections bounds it"
         )
     else:
         bound_by = "the rate at which serve accepts calls"
@@ -330,6 +348,7 @@ def run(options: Options, say: Any) -> dict[str, Any]:
                                 burst_seconds=shown["seconds_first_connect_to_last_answer"],
                                 serve_cpu_ms_per_call=shown["serve_cpu_ms_per_call"],
                                 live_max_s=None if live is None else live / 1000,
+                                started_over_s=sent["started_over_s"],
                                 serve_nofile=nofile_of(serve_pid) or nofile["soft"],
                                 serve_base_fds=idle_fds,
                                 provider_nofile=nofile_of(provider_pid) or nofile["soft"],

@@ -8,6 +8,8 @@ check that every call was settled on its first answer with none reconciled.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import resource
 import threading
 import time
@@ -239,10 +241,12 @@ def set_max_in_flight(env: dict[str, str], connection: str, calls: int) -> dict[
 
 def provider_calls(log: Path, offset: int = 0) -> tuple[dict[str, Any], int]:
     """serve's `provider call` log lines (JSON, one per call: its transport error and elapsed
-    time, never a secret) from byte `offset` of its log on: executions by error, and their
-    elapsed time; and the log's length, the next offset."""
+    time, never a secret) from byte `offset` of its log on: executions by error, their elapsed
+    time, and over how many seconds serve started them (each line's time, written when the call
+    ended, less its elapsed time); and the log's length, the next offset."""
     errors: Counter[str] = Counter()
     elapsed: list[float] = []
+    starts: list[float] = []
     with log.open("rb") as handle:
         handle.seek(offset)
         data = handle.read()
@@ -256,13 +260,17 @@ def provider_calls(log: Path, offset: int = 0) -> tuple[dict[str, Any], int]:
         if line.get("operation") != "execute":
             continue
         errors[str(line.get("provider_error") or "none")] += 1
-        elapsed.append(float(line.get("elapsed_ms") or 0.0))
+        took = float(line.get("elapsed_ms") or 0.0)
+        elapsed.append(took)
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            starts.append(dt.datetime.fromisoformat(line["ts"]).timestamp() - took / 1000)
     elapsed.sort()
     return {
         "calls": len(elapsed),
         "by_error": dict(sorted(errors.items())),
         "elapsed_ms_p50": round(elapsed[len(elapsed) // 2], 1) if elapsed else None,
         "elapsed_ms_max": round(elapsed[-1], 1) if elapsed else None,
+        "started_over_s": round(max(starts) - min(starts), 3) if starts else None,
     }, offset + len(data)
 
 

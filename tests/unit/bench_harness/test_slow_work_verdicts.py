@@ -38,6 +38,7 @@ def _bounds(capacity: ModuleType, **changed: Any) -> dict[str, Any]:
         "burst_seconds": 9.6,
         "serve_cpu_ms_per_call": 0.0,
         "live_max_s": 0.4,
+        "started_over_s": 1.5,
         "serve_nofile": 20000,
         "serve_base_fds": 20,
         "provider_nofile": 20000,
@@ -99,6 +100,7 @@ def test_a_burst_answered_in_waves_is_bound_by_slots_inside_serve(
         settled_first=0,
         max_latency_s=31.3,
         provider_elapsed_max_s=None,
+        started_over_s=None,
         max_in_flight=None,
     )
     assert shown["bound_by"] == "slots inside serve: about 103 provider calls at once"
@@ -129,9 +131,52 @@ def test_a_burst_spread_by_acceptance_is_bound_by_the_acceptance_rate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     capacity = _bench(monkeypatch, "capacity")
-    shown = _bounds(capacity, in_flight=3100, burst_seconds=13.0)
+    shown = _bounds(capacity, in_flight=2133, settled_first=5000, started_over_s=41.3)
     assert shown["bound_by"] == "the rate at which serve accepts calls"
-    assert "only 3100 of 5000 calls" in shown["notes"][0]
+    assert shown["notes"][0].startswith(
+        "only 2133 of 5000 calls were asleep at the provider at once: serve started their "
+        "provider calls over 41.3 s, longer than the 8 s each sleeps"
+    )
+    # started together but never all asleep at once: they waited inside serve
+    waited = _bounds(capacity, in_flight=100, settled_first=5000, started_over_s=2.0)
+    assert waited["bound_by"] == "slots inside serve: about 100 provider calls at once"
+    assert "serve started their provider calls within 2.0 s" in waited["notes"][0]
+    # without serve's log: the slowest answer under twice the delay is acceptance
+    unlogged = _bounds(capacity, in_flight=3100, started_over_s=None, burst_seconds=13.0)
+    assert unlogged["bound_by"] == "the rate at which serve accepts calls"
+
+
+def test_serve_s_provider_call_lines_give_errors_elapsed_and_the_spread_of_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    slow = _bench(monkeypatch, "slow")
+    log = tmp_path / "serve.log"
+    before = b'{"ts":"2026-12-07T02:00:00.000+00:00","msg":"provider call","operation":"execute",'
+    before += b'"provider_error":null,"elapsed_ms":8000.0}\n'
+    log.write_bytes(before)
+    _, offset = slow.provider_calls(log)
+    lines = [
+        # ended 02:00:10.0 after 8.5 s: started 02:00:01.5
+        b'{"ts":"2026-12-07T02:00:10.000+00:00","level":"INFO","msg":"provider call",'
+        b'"operation":"execute","provider_status":200,"provider_error":null,"elapsed_ms":8500.0}',
+        b"not json",
+        b'{"ts":"2026-12-07T02:00:10.000+00:00","msg":"request","status":200}',
+        # ended 02:00:13.5 after 10 s: started 02:00:03.5
+        b'{"ts":"2026-12-07T02:00:13.500+00:00","msg":"provider call","operation":"execute",'
+        b'"provider_status":null,"provider_error":"timeout","elapsed_ms":10000.0}',
+        b'{"ts":"2026-12-07T02:00:14.000+00:00","msg":"provider call","operation":"reconcile",'
+        b'"provider_error":null,"elapsed_ms":3.0}',
+    ]
+    log.write_bytes(before + b"\n".join(lines) + b"\n")
+    shown, end = slow.provider_calls(log, offset)
+    assert shown == {
+        "calls": 2,
+        "by_error": {"none": 1, "timeout": 1},
+        "elapsed_ms_p50": 10000.0,
+        "elapsed_ms_max": 10000.0,
+        "started_over_s": 2.0,
+    }
+    assert end == log.stat().st_size
 
 
 def test_a_capacity_run_passes_only_whole_settled_balanced_and_under_a_gibibyte(
