@@ -425,9 +425,9 @@ def _calls(value: str) -> tuple[int, ...]:
     try:
         calls = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError("--calls: comma-separated whole numbers") from None
+        raise argparse.ArgumentTypeError("comma-separated whole numbers") from None
     if not calls or min(calls) < 1:
-        raise argparse.ArgumentTypeError("--calls: at least one number, each 1 or more")
+        raise argparse.ArgumentTypeError("at least one number, each 1 or more")
     return calls
 
 
@@ -445,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.delay <= 0:
         parser.error("--delay: must be more than 0")
+    if args.provider_timeout is not None and args.provider_timeout <= 0:
+        parser.error("--provider-timeout: must be more than 0")
     options = Options(
         calls=args.calls,
         delay=args.delay,

@@ -290,3 +290,34 @@ def test_the_lean_provider_counts_a_sleeping_call_while_it_sleeps(
     assert during["now"] == 3
     assert after == {"now": 0, "peak": 3, "answered": 3}
     assert reset == {"now": 0, "peak": 0, "answered": 3}
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "named"),
+    [
+        ("capacity", ["--calls", "5000,x"], "--calls"),
+        ("capacity", ["--calls", "0"], "--calls"),
+        ("capacity", ["--delay", "0"], "--delay"),
+        ("capacity", ["--provider-timeout", "-1"], "--provider-timeout"),
+        ("capacity", ["--store", "mysql"], "--store"),
+        ("neighbour", ["--stores", "sqlite,mysql"], "--stores"),
+        ("neighbour", ["--flood", "0"], "--flood"),
+        ("neighbour", ["--flood-sleep", "0"], "--flood-sleep"),
+        ("neighbour", ["--window", "-2"], "--window"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_naming_the_argument(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: str,
+    argv: list[str],
+    named: str,
+) -> None:
+    """Refused before anything starts (no database, no process)."""
+    main = _bench(monkeypatch, module).main
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"python -m bench.{module}: error: ")
+    assert named in error
