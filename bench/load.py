@@ -132,7 +132,7 @@ class _Client(asyncio.Protocol):
     def send_next(self) -> None:
         run = self.run
         now = time.perf_counter()
-        if now >= run.stop or run.over(self.n):
+        if now >= run.stop or (run.bounded and run.over(self.n)):
             self.finish()
             return
         if run.period and self.n:
@@ -280,6 +280,8 @@ class _Run:
         self.per_client = per_client  # requests each client sends at most (None: no bound)
         self.period = period  # a client's n-th request no earlier than its first + n × period
         self.stop_event = stop_event  # set from any thread: each client ends at its next send
+        # whether `over` can ever be true (the headline's closed loop skips the call)
+        self.bounded = per_client is not None or stop_event is not None
         self.host, self.port = host, port
         self.hostport = f"{host}:{port}"
         self.factory = factory
