@@ -3,7 +3,7 @@ on another, through one `mercato serve`; the second's calls/s and p50 against th
 alone, in the same run.
 
     python -m bench.neighbour [--stores sqlite,postgresql] [--flood 150] [--flood-sleep 5]
-        [--clients 8] [--window 10] [--rounds 3] [--out DIR] [--json]
+        [--clients 8] [--window 10] [--rounds 3] [--limit 64] [--out DIR] [--json]
 
 Per store, a fresh database, two lean providers (`bench.lean_provider`, each its own process on
 its own connection: the slow one `bench.slow`, the quick one `bench.quick`) and `mercato serve
@@ -19,10 +19,11 @@ so drift in the machine falls on both sides):
   calls are answered before the next round.
 
 Reported: each side's calls/s and p50 (windows merged), their ratios (flooded over alone; the
-target is within 20 %), the flood's answers by status and problem code (how many were refused
-`503 PROVIDER_BUSY`, and whether each carried `retryAfter`), the most calls the slow provider
-had asleep at once, and the ledger check. Exits 1 when the ledger check fails or a quick call
-was not answered 200.
+target is within 20 %), the CPU seconds serve spent on each side (over the same wall time: what
+the flood's own requests cost it shows as the difference), the flood's answers by status and
+problem code (how many were refused `503 PROVIDER_BUSY`, and whether each carried `retryAfter`),
+the most calls the slow provider had asleep at once, and the ledger check. Exits 1 when the quick
+load missed the target, the ledger check fails or a quick call was not answered 200.
 """
 
 from __future__ import annotations
@@ -264,7 +265,13 @@ def run_store(store: str, options: Options, workdir: Path) -> dict[str, Any]:
 
 
 def _public(summary: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in summary.items() if not k.startswith("_")}
+    """A merged side's summary without its private keys, with the CPU seconds serve spent over
+    its windows (warm-ups included; both sides span the same wall time): beside the flood, the
+    quick load's and the flood's together."""
+    shown = {k: v for k, v in summary.items() if not k.startswith("_")}
+    per, answered = shown.get("cpu_ms_per_request"), shown.get("answered", 0)
+    shown["serve_cpu_seconds"] = None if per is None else round(per * answered / 1000, 2)
+    return shown
 
 
 def run(options: Options) -> dict[str, Any]:
