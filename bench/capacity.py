@@ -128,7 +128,12 @@ def bounds(
         ),
         "connection_max_in_flight": max_in_flight,
     }
-    known = {name: value for name, value in limits.items() if value is not None}
+    # the connection's own cap is the harness's setting (the largest burst), not a finding
+    known = {
+        name: value
+        for name, value in limits.items()
+        if value is not None and name != "connection_max_in_flight"
+    }
     nearest = min(known, key=lambda name: known[name]) if known else None
     notes: list[str] = []
     margin_s = timeout - delay
