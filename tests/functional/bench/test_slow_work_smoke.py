@@ -40,8 +40,10 @@ def test_capacity_holds_a_burst_at_once_and_settles_each_call_on_its_first_answe
 ) -> None:
     code, result, stderr = _bench(
         "bench.capacity",
-        *("--calls", "12,30", "--delay", "0.5", "--store", store, "--out", str(tmp_path)),
+        *("--calls", "12,30", "--delay", "2", "--store", store, "--out", str(tmp_path)),
     )
+    # 2 s each: time enough, on a loaded machine, for serve to accept 30 calls before the
+    # first is answered, so that all are asleep at the provider at once
     assert code == 0, stderr[-3000:]
     assert json.loads(Path(result["json_path"]).read_text())["bursts"] == result["bursts"]
     assert [b["calls"] for b in result["bursts"]] == [12, 30]
