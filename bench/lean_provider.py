@@ -19,11 +19,19 @@ so that it passes the platform's nine conformance checks and the platform accept
 
 The records live as long as the process: a restart forgets them, which is what makes it lean
 (and what a real provider must not do). The credential comes from BENCH_PROVIDER_CREDENTIAL.
+
+Slow work (`bench.capacity`, `bench.neighbour`): a payload with a numeric `sleep` member (seconds,
+at most `MAX_SLEEP_SECONDS`) is answered that long after it arrives, by `asyncio.sleep` on the
+event loop (no thread per call, so thousands of sleeping calls cost one socket and one coroutine
+each); the key is then checked and recorded in one step, as above. `GET /bench/sleeping` (no
+credential, no secret in it) answers how many calls sleep now, the most that ever slept at once,
+and how many have answered after a sleep; `?reset=1` starts the peak again from now.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import hmac
 import os
@@ -49,6 +57,10 @@ from mercato.protocol import (
 
 MAX_REQUEST_BYTES = 1_048_576
 KEY_REUSED_CODE = "IDEMPOTENCY_KEY_REUSED"
+SLEEP_MEMBER = "sleep"
+MAX_SLEEP_SECONDS = 60.0
+SLEEPING_PATH = "/bench/sleeping"
+BACKLOG = 8192  # the kernel caps it at net.core.somaxconn; a burst of thousands connects at once
 _JSON = "application/json"
 
 
@@ -71,12 +83,37 @@ def _valid_key(key: str | None) -> bool:
     )
 
 
+def sleep_of(payload: dict[str, object]) -> float:
+    """How long the call asks to be answered after (seconds; 0 without a usable `sleep`)."""
+    value = payload.get(SLEEP_MEMBER)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return min(max(float(value), 0.0), MAX_SLEEP_SECONDS)
+
+
+class Sleeping:
+    """Calls asleep now, the most asleep at once since the last reset, and answered after one."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+        self.answered = 0
+
+    def snapshot(self, *, reset: bool = False) -> dict[str, int]:
+        shown = {"now": self.now, "peak": self.peak, "answered": self.answered}
+        if reset:
+            self.peak = self.now
+        return shown
+
+
 def create_app(credential: str) -> FastAPI:
     """The provider app; `records` maps a key to (fingerprint, HTTP status, envelope bytes)."""
     expected = credential.encode("ascii")
     records: dict[str, tuple[bytes, int, bytes]] = {}
+    sleeping = Sleeping()
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     app.state.records = records
+    app.state.sleeping = sleeping
 
     def authorized(request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -97,6 +134,11 @@ def create_app(credential: str) -> FastAPI:
     async def ready() -> Response:
         return Response(b'{"status":"ready"}', media_type=_JSON)
 
+    @app.get(SLEEPING_PATH)
+    async def asleep(request: Request) -> Response:
+        reset = request.query_params.get("reset") == "1"
+        return Response(orjson.dumps(sleeping.snapshot(reset=reset)), media_type=_JSON)
+
     @app.post(EXECUTIONS_PATH)
     async def execute(request: Request) -> Response:
         if not authorized(request):
@@ -112,6 +154,15 @@ def create_app(credential: str) -> FastAPI:
         if not _valid_key(key):
             return _problem(400, "Bad Request", "Idempotency-Key must be 1-191 visible ASCII")
         assert key is not None
+        delay = sleep_of(payload)
+        if delay:
+            sleeping.now += 1
+            sleeping.peak = max(sleeping.peak, sleeping.now)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                sleeping.now -= 1
+            sleeping.answered += 1
         fingerprint = hashlib.sha256(payload_bytes).digest()
         known = records.get(key)
         if known is not None:
@@ -168,7 +219,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     app = create_app(os.environ["BENCH_PROVIDER_CREDENTIAL"])
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        backlog=BACKLOG,
+    )
 
 
 if __name__ == "__main__":

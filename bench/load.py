@@ -4,11 +4,19 @@ Each of `concurrency` clients holds one keep-alive connection and sends its next
 as the previous answer is read, for `duration` seconds. Latency is measured per request from the
 first byte written to the last byte of the body read. Hand-written on purpose: it costs far less
 CPU per request than a general client, which matters when it shares two cores with the servers.
+
+Two variants for slow work (`bench.capacity`, `bench.neighbour`): `run_burst` sends exactly one
+request per client, all at once, and counts every answer however late; `run_load(period=P,
+stop=event)` paces each client to one request per P seconds (a refused call is not retried at
+once, so a flood offers a steady number of calls instead of a busy loop of refusals) and ends
+when the event is set, as well as at the end of the duration.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -113,6 +121,8 @@ class _Client(asyncio.Protocol):
         self.waiting = False  # a request is written and its answer not yet read whole
         self.last: tuple[str, str, dict[str, str], bytes] | None = None
         self.last_data = b""
+        self.first_sent = 0.0  # when this client sent its first request (pacing counts from it)
+        self.timer: asyncio.TimerHandle | None = None  # a paced client waiting for its turn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -121,9 +131,21 @@ class _Client(asyncio.Protocol):
 
     def send_next(self) -> None:
         run = self.run
-        if time.perf_counter() >= run.stop:
+        now = time.perf_counter()
+        if now >= run.stop or (run.bounded and run.over(self.n)):
             self.finish()
             return
+        if run.period and self.n:
+            due = self.first_sent + self.n * run.period
+            if due >= run.stop:  # its turn would come after the window: it is done
+                self.finish()
+                return
+            if due > now:
+                if self.timer is None:
+                    self.timer = asyncio.get_running_loop().call_later(due - now, self.due)
+                return
+        elif not self.n:
+            self.first_sent = now
         request = run.factory(self.index, self.n)
         self.n += 1
         if request != self.last:  # the same request again (a replay): its bytes again
@@ -164,6 +186,13 @@ class _Client(asyncio.Protocol):
             return
         self.send_next()
 
+    def due(self) -> None:
+        """A paced client's turn: send, unless it is between connections (`connection_made`
+        sends then) or still waiting for an answer."""
+        self.timer = None
+        if self.transport is not None and not self.waiting:
+            self.send_next()
+
     def failed(self) -> None:
         self.run.failed += 1
         self.waiting = False
@@ -179,6 +208,9 @@ class _Client(asyncio.Protocol):
             self.run.reconnect(self)
 
     def finish(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.run.done(self)
         if self.transport is not None:
             transport, self.transport = self.transport, None
@@ -240,7 +272,16 @@ class _Run:
         start: float,
         stop: float,
         check: Callable[[int, bytes], None] | None,
+        *,
+        per_client: int | None = None,
+        period: float = 0.0,
+        stop_event: threading.Event | None = None,
     ) -> None:
+        self.per_client = per_client  # requests each client sends at most (None: no bound)
+        self.period = period  # a client's n-th request no earlier than its first + n × period
+        self.stop_event = stop_event  # set from any thread: each client ends at its next send
+        # whether `over` can ever be true (the headline's closed loop skips the call)
+        self.bounded = per_client is not None or stop_event is not None
         self.host, self.port = host, port
         self.hostport = f"{host}:{port}"
         self.factory = factory
@@ -254,6 +295,12 @@ class _Run:
         self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.connecting: set[asyncio.Task[Any]] = set()
 
+    def over(self, sent: int) -> bool:
+        """Whether a client that has sent `sent` requests sends no more (besides the window)."""
+        if self.per_client is not None and sent >= self.per_client:
+            return True
+        return self.stop_event is not None and self.stop_event.is_set()
+
     def done(self, client: _Client) -> None:
         self.running.discard(client)
         if not self.running and not self.all_done.done():
@@ -263,7 +310,7 @@ class _Run:
         return client not in self.running
 
     def reconnect(self, client: _Client) -> None:
-        if time.perf_counter() >= self.stop:
+        if time.perf_counter() >= self.stop or self.over(client.n):
             self.done(client)
             return
         task = asyncio.ensure_future(self.connect(client))
@@ -287,16 +334,32 @@ async def _run(
     duration: float,
     warmup: float,
     check: Callable[[int, bytes], None] | None,
+    per_client: int | None = None,
+    period: float = 0.0,
+    stop_event: threading.Event | None = None,
 ) -> LoadResult:
-    start = time.perf_counter() + warmup
-    run = _Run(host, port, factory, start, start + duration, check)
+    began = time.perf_counter()
+    start = began + warmup
+    run = _Run(
+        host,
+        port,
+        factory,
+        start,
+        start + duration,
+        check,
+        per_client=per_client,
+        period=period,
+        stop_event=stop_event,
+    )
     clients = [_Client(run, i) for i in range(concurrency)]
     run.running.update(clients)
     for client in clients:
         run.reconnect(client)
     await run.all_done
+    # an unbounded window (a burst) lasted until its last answer
+    seconds = duration if math.isfinite(duration) else time.perf_counter() - began
     return LoadResult(
-        len(run.latencies), duration, run.latencies, run.statuses, run.failed, run.answered
+        len(run.latencies), seconds, run.latencies, run.statuses, run.failed, run.answered
     )
 
 
@@ -308,30 +371,76 @@ def run_load(
     duration: float,
     warmup: float = 0.5,
     check: Callable[[int, bytes], None] | None = None,
+    period: float = 0.0,
+    stop: threading.Event | None = None,
 ) -> LoadResult:
     """Drive `concurrency` keep-alive clients at http://host:port for `duration` seconds.
 
     Answers completed during the first `warmup` seconds, or after the window, are not counted
     (a request may have started before the window: closed-loop clients never stop sending).
+    With `period`, each client sends at most one request per `period` seconds; with `stop`,
+    the run also ends once the event is set (each client at its next send).
     """
-    hostport = url.removeprefix("http://").rstrip("/")
-    host, _, port = hostport.partition(":")
-    runner: Callable[[Coroutine[Any, Any, LoadResult]], LoadResult]
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
-        runner = asyncio.run
+    host, port = _host_port(url)
     coroutine = _run(
         host,
-        int(port),
+        port,
         factory,
         concurrency=concurrency,
         duration=duration,
         warmup=warmup,
         check=check,
+        period=period,
+        stop_event=stop,
     )
+    return _timed(_runner(), coroutine)
+
+
+def run_burst(
+    url: str,
+    factory: RequestFactory,
+    *,
+    clients: int,
+    check: Callable[[int, bytes], None] | None = None,
+) -> LoadResult:
+    """`clients` clients at http://host:port, each on its own connection, each sending one
+    request at once and no other; every answer is counted however late it comes, and the result's
+    seconds are from the first connect to the last answer. A connection lost before its answer is
+    an error, not sent again."""
+    host, port = _host_port(url)
+    coroutine = _run(
+        host,
+        port,
+        factory,
+        concurrency=clients,
+        duration=math.inf,
+        warmup=0.0,
+        check=check,
+        per_client=1,
+    )
+    return _timed(_runner(), coroutine)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    hostport = url.removeprefix("http://").rstrip("/")
+    host, _, port = hostport.partition(":")
+    return host, int(port)
+
+
+def _runner() -> Callable[[Coroutine[Any, Any, LoadResult]], LoadResult]:
+    try:
+        import uvloop
+
+        return uvloop.run
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return asyncio.run
+
+
+def _timed(
+    runner: Callable[[Coroutine[Any, Any, LoadResult]], LoadResult],
+    coroutine: Coroutine[Any, Any, LoadResult],
+) -> LoadResult:
+    """Run `coroutine` to its result, with the CPU this process spent meanwhile."""
     began = time.process_time()
     result: LoadResult = runner(coroutine)
     result.client_cpu_seconds = time.process_time() - began
