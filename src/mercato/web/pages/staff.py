@@ -18,6 +18,7 @@ from mercato.cases.schemas import DECISIONS, Decision
 from mercato.catalog import lifecycle
 from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionNotFound
+from mercato.catalog.legacy_patterns import list_legacy_pattern_versions
 from mercato.catalog.schemas import ContractDocument
 from mercato.core.errors import MercatoError
 from mercato.invocations import service as invocations
@@ -69,8 +70,10 @@ def _console(request: Request) -> dict[str, Any]:
         listings = [listing.service_code for listing in queries.all_listings(session)]
         owners = queries.emails(session, {str(c["owner_id"]) for c in connections})
         stuck = invocations.list_stuck(session, limit=100)
+        legacy = list_legacy_pattern_versions(session)
     return {
         "stuck": stuck,
+        "legacy_patterns": legacy,
         "connections": connections,
         "owners": owners,
         "drafts": drafts,
