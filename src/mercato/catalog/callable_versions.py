@@ -61,12 +61,12 @@ def callable_versions(
     *,
     limit: int,
     after: tuple[str, int] | None = None,
-    codes: frozenset[str] | None = None,
+    exact: frozenset[tuple[str, int]] | None = None,
     code_prefixes: frozenset[str] = frozenset(),
 ) -> Plan[tuple[list[CallableVersion], bool]]:
     """Up to `limit` callable versions after `after` (service code, number), and whether more
-    follow. With `codes` (or `code_prefixes`), only listings whose service code is one of them
-    (or starts with one of them)."""
+    follow. With `exact` (or `code_prefixes`), only those (service code, number) pairs (or
+    the versions of listings whose service code starts with one of the prefixes)."""
     statement = _BASE
     params: dict[str, Any] = {"limit": limit + 1}
     if after is not None:
@@ -75,10 +75,16 @@ def callable_versions(
             > tuple_(bindparam("after_code"), bindparam("after_number"))
         )
         params.update(after_code=after[0], after_number=after[1])
-    if codes is not None or code_prefixes:
+    if exact is not None or code_prefixes:
         narrowing: list[ColumnElement[bool]] = []
-        if codes:
-            narrowing.append(_listings.service_code.in_(sorted(codes)))
+        for i, (code, number) in enumerate(sorted(exact or ())):
+            narrowing.append(
+                and_(
+                    _listings.service_code == bindparam(f"code_{i}"),
+                    _versions.number == bindparam(f"number_{i}"),
+                )
+            )
+            params.update({f"code_{i}": code, f"number_{i}": number})
         for i, prefix in enumerate(sorted(code_prefixes)):
             # A literal prefix: LIKE's own wildcards cannot occur in a service code.
             narrowing.append(_listings.service_code.startswith(bindparam(f"prefix_{i}")))

@@ -55,23 +55,25 @@ class Narrowing:
     """What of the catalog a set of tool names can name: exact (service code, version) pairs
     for whole names, service-code prefixes for shortened ones."""
 
-    codes: frozenset[str]
+    exact: frozenset[tuple[str, int]]
     prefixes: frozenset[str]
 
     @staticmethod
     def of(names: set[str]) -> Narrowing:
-        codes: set[str] = set()
+        exact: set[tuple[str, int]] = set()
         prefixes: set[str] = set()
         for name in names:
-            whole = _VERSION_NAME.fullmatch(name)
+            whole = version_of(name)
             if whole is not None:
-                codes.add(whole.group(1).replace("_", "."))
+                number = whole[1][1:]
+                if len(number) <= 9:
+                    exact.add((whole[0], int(number)))
                 continue
             short = _HASHED_NAME.fullmatch(name)
             if short is not None:
                 code_part = short.group(1).split("__", 1)[0]
                 prefixes.add(code_part.replace("_", "."))
-        return Narrowing(frozenset(codes), frozenset(prefixes))
+        return Narrowing(frozenset(exact), frozenset(prefixes))
 
 
 def version_of(name: str) -> tuple[str, str] | None:
@@ -160,7 +162,7 @@ async def list_page(
         conn,
         limit=PAGE_SIZE,
         after=after,
-        codes=None if narrowing is None else narrowing.codes,
+        exact=None if narrowing is None else narrowing.exact,
         code_prefixes=frozenset() if narrowing is None else narrowing.prefixes,
     )
     tools = [version_tool(version) for version in found]
@@ -187,7 +189,7 @@ async def find_version(conn: AsyncConnection, name: str) -> tuple[str, str] | No
     after: tuple[str, int] | None = None
     while True:
         found, more = await callable_versions.aio(
-            conn, limit=PAGE_SIZE, after=after, codes=frozenset(), code_prefixes=narrowing.prefixes
+            conn, limit=PAGE_SIZE, after=after, exact=frozenset(), code_prefixes=narrowing.prefixes
         )
         for version in found:
             if tool_name(version.service_code, version.version) == name:
