@@ -12,11 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from builders.accounts import make_account, make_api_key
+from builders.accounts import login, make_account, make_api_key
 from builders.catalog import hold, publish
 from builders.invocation_world import CONTRACT, PRICE, SERVICE, World, running_world
 from builders.invocations import ScriptedProvider, ok, unknown
 from mercato.accounts import service as accounts
+from mercato.ledger import service as ledger
 from mercato.providers.models import ProviderConnection
 from mercato.web.app import create_app
 from mercato.web.mcp.tools import PAGE_SIZE, tool_name
@@ -232,3 +233,19 @@ def test_only_configured_hosts_are_answered(world: World, mcp: TestClient) -> No
     with TestClient(create_app(world.runtime), base_url="http://localhost:8000") as other:
         elsewhere = other.post("/mcp", json=message, headers=headers)
     assert elsewhere.status_code == 421  # loopback is not answered unless configured
+
+
+def test_a_session_access_token_calls_as_the_session(world: World, mcp: TestClient) -> None:
+    account_id = make_account(world.runtime.db, "agent@example.com")
+    with world.runtime.db.transaction() as session:
+        ledger.grant(session, account_id=account_id, amount=50, now=world.clock.now())
+    token = login(mcp, "agent@example.com")["accessToken"]
+    called = call(mcp, token, TOOL, {"n": 9}, key="session-1")
+    assert called["isError"] is False and called["structuredContent"] == {"echo": {"n": 9}}
+    invocation_id = called["_meta"]["mercato/invocationId"]
+    receipt = call(mcp, token, "mercato_receipt", {"invocationId": invocation_id})
+    assert receipt["structuredContent"]["channel"] == "SESSION"
+    assert call(mcp, token, "mercato_balance", {})["structuredContent"] == {
+        "available": 50 - PRICE,
+        "reserved": 0,
+    }
