@@ -249,3 +249,18 @@ def test_a_session_access_token_calls_as_the_session(world: World, mcp: TestClie
         "available": 50 - PRICE,
         "reserved": 0,
     }
+
+
+def test_arguments_are_judged_as_an_invoke_body_would_be(world: World, mcp: TestClient) -> None:
+    """Abuse: arguments the JSON encoder of the hot path refuses (an integer past 64 bits) or
+    that nest past the platform's depth are a problem document, never a protocol error."""
+    huge = call(mcp, world.api_key, TOOL, {"n": 10**30, "tags": "x"}, key="abuse-1")
+    assert huge["isError"] and huge["structuredContent"]["code"] == "REQUEST_SCHEMA_VIOLATION"
+    assert [e["pointer"] for e in huge["structuredContent"]["errors"]] == ["/tags"]
+    deep: Any = "leaf"
+    for _ in range(80):
+        deep = {"d": deep}
+    nested = call(mcp, world.api_key, TOOL, {"n": 1, "deep": deep}, key="abuse-2")
+    assert nested["isError"]
+    assert nested["structuredContent"]["code"] in ("REQUEST_SCHEMA_VIOLATION", "REQUEST_TOO_LARGE")
+    assert world.invocations() == [] and world.balances() == (100, 0)

@@ -3,10 +3,12 @@ flow `POST …:invoke` runs (quota, points, receipt, idempotency); the account t
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+import anyio
 import anyio.to_thread
 import orjson
 from mcp import types
@@ -132,6 +134,15 @@ def outcome(call: CallContext, key: str, view: InvocationView) -> types.CallTool
     return refused(failure_of(view), key=key, view=view)
 
 
+def _body(arguments: dict[str, Any]) -> bytes:
+    """`arguments` as the invoke's JSON body; an integer past 64 bits (which orjson refuses)
+    is written as the JSON it came as, for the request schema to judge as invoke would."""
+    try:
+        return orjson.dumps(arguments)
+    except orjson.JSONEncodeError:
+        return json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def _key_of(meta: Any) -> str:
     """The call's Idempotency-Key: `_meta["mercato/idempotencyKey"]` under the header's rules,
     or a new one (then a retry is a new call)."""
@@ -154,18 +165,20 @@ async def invoke_tool(
         if found is None:
             raise VersionNotFound(f"There is no tool {name}; list the tools for their names.")
         service_code, version = found
-        result = await flows.invoke(
-            runtime,
-            flows.InvokeRequest(
-                account_id=call.principal.account_id,
-                channel=call.principal.channel,
-                service_code=service_code,
-                version=version,
-                idempotency_key=key,
-                body=orjson.dumps({} if arguments is None else arguments),
-                request_id=call.request_id,
-            ),
+        invoke = flows.InvokeRequest(
+            account_id=call.principal.account_id,
+            channel=call.principal.channel,
+            service_code=service_code,
+            version=version,
+            idempotency_key=key,
+            body=_body({} if arguments is None else arguments),
+            request_id=call.request_id,
         )
+        # The SDK cancels a request's task when its client goes away; an invoke, once begun,
+        # runs to its conclusion as the invoke route's does (bounded by the provider timeout),
+        # rather than leaving an accepted call to the worker's reconciliation.
+        with anyio.CancelScope(shield=True):
+            result = await flows.invoke(runtime, invoke)
     except KeyDisproved as disproved:
         return refused(disproved.error, key=key)
     except MercatoError as error:
