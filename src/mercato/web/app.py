@@ -141,8 +141,9 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
         app.include_router(router)
     pages.install(app)
     # The Model Context Protocol (DESIGN §12): an ASGI app of the `mcp` SDK behind the caller's
-    # authentication, on every method (the SDK answers the ones it does not serve).
-    app.router.routes.append(Route(MCP_PATH, endpoint=mcp, include_in_schema=False))
+    # authentication, on every method (the SDK answers the ones it does not serve). First, so
+    # that the router does not try every other route's pattern on each tool call first.
+    app.router.routes.insert(0, Route(MCP_PATH, endpoint=mcp, include_in_schema=False))
     # One layer (web/front.py, decision 0382): request ids, log line and counters
     # (web/observe.py), body caps (web/limits.py), one Authorization header and no U+0000
     # (web/edge.py), then the invoke route served directly (web/direct.py, decision 0381).

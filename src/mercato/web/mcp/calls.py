@@ -25,7 +25,7 @@ from mercato.invocations.schemas import InvocationView
 from mercato.ledger import service as ledger
 from mercato.ledger.schemas import Balances
 from mercato.web.api.invocations import failure_of
-from mercato.web.mcp.tools import BALANCE_TOOL, RECEIPT_TOOL, find_version
+from mercato.web.mcp.tools import BALANCE_TOOL, RECEIPT_TOOL, find_shortened, version_of
 from mercato.web.problems import error_document
 
 IDEMPOTENCY_KEY = "mercato/idempotencyKey"
@@ -160,8 +160,10 @@ async def invoke_tool(
     key: str | None = None
     try:
         key = _key_of(meta)
-        async with runtime.adb.read() as conn:
-            found = await find_version(conn, name)
+        found = version_of(name)  # a whole name is read as it stands: no read
+        if found is None:
+            async with runtime.adb.read() as conn:
+                found = await find_shortened(conn, name)
         if found is None:
             raise VersionNotFound(f"There is no tool {name}; list the tools for their names.")
         service_code, version = found

@@ -177,12 +177,9 @@ async def list_page(
     return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
 
-async def find_version(conn: AsyncConnection, name: str) -> tuple[str, str] | None:
-    """The (service code, version) a version tool's name names: read from the name when it is
-    whole, else found among the callable versions its first 55 characters can name."""
-    direct = version_of(name)
-    if direct is not None:
-        return direct
+async def find_shortened(conn: AsyncConnection, name: str) -> tuple[str, str] | None:
+    """The (service code, version) of a shortened version tool name (`version_of` reads a whole
+    one), found among the callable versions its first 55 characters can name."""
     narrowing = Narrowing.of({name})
     if not narrowing.prefixes:
         return None
