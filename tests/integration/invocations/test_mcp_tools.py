@@ -264,3 +264,16 @@ def test_arguments_are_judged_as_an_invoke_body_would_be(world: World, mcp: Test
     assert nested["isError"]
     assert nested["structuredContent"]["code"] in ("REQUEST_SCHEMA_VIOLATION", "REQUEST_TOO_LARGE")
     assert world.invocations() == [] and world.balances() == (100, 0)
+
+
+def test_a_call_still_in_flight_under_the_key_says_when_to_look_again(
+    world: World, mcp: TestClient
+) -> None:
+    invocation_id = world.accept_without_sending("agent-6", lease_seconds=30)
+    busy = call(mcp, world.api_key, TOOL, {"n": 1}, key="agent-6")
+    document = busy["structuredContent"]
+    assert busy["isError"] and document["code"] == "IDEMPOTENCY_KEY_IN_USE"
+    assert isinstance(document["retryAfter"], int) and 1 <= document["retryAfter"] <= 30
+    assert busy["_meta"]["mercato/invocationId"] == invocation_id
+    assert busy["_meta"]["mercato/settlement"] == "PENDING"
+    assert world.provider.executions[world.provider_key(invocation_id)] == 0

@@ -82,11 +82,16 @@ def refused(
     retry_after = error.headers.get("Retry-After")
     if retry_after is not None and retry_after.isdigit():
         document.setdefault("retryAfter", int(retry_after))
+    meta = _meta(key, view, settlement)
+    if view is None and isinstance(error.extra.get("invocationId"), str):
+        # The key's call, accepted by an earlier request and still in flight.
+        meta[INVOCATION_ID] = error.extra["invocationId"]
+        meta[SETTLEMENT] = "PENDING"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=error.message)],
         structured_content=document,
         is_error=True,
-        _meta=_meta(key, view, settlement),
+        _meta=meta,
     )
 
 
