@@ -84,6 +84,14 @@ def _names(request: Request) -> set[str] | None:
     return names
 
 
+def no_header_declarations(_name: str) -> None:
+    """No tool declares `Mcp-Param-*` headers that Mercato reads (the body is the invoke's
+    request; nothing routes on those headers), so there is none to check them against. Without
+    this the SDK would list every tool, page by page, on each 2026-era `tools/call` to find the
+    called tool's input schema (decision 0541)."""
+    return None
+
+
 class McpEndpoint:
     """The ASGI app of `/mcp`; `running()` is entered by the app's lifespan."""
 
@@ -98,6 +106,7 @@ class McpEndpoint:
                 'Put a key of your own in _meta["mercato/idempotencyKey"] and reuse it on a '
                 "retry: the call then runs and is charged at most once."
             ),
+            get_tool_input_schema=no_header_declarations,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
