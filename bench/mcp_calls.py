@@ -7,11 +7,13 @@ either as `POST …:invoke` or as `POST /mcp` `tools/call` of the same version w
 `_meta["mercato/idempotencyKey"]`. Per window: calls/s, p50, and serve's CPU (its process tree)
 per call; a call counts when it answered 200 (and for MCP, a result that is not an error).
 
-The MCP requests are what a client of a handshake-era protocol version sends after its
-handshake (`MCP-Protocol-Version: 2025-11-25`), which the SDK serves statelessly without one.
+The MCP requests are those the SDK's own client sends: on protocol 2026-07-28 (the default)
+each request carries its envelope (`_meta` protocol version, client info and capabilities, and
+the `Mcp-Method`/`Mcp-Name` headers); with `--protocol 2025-11-25`, what a handshake-era client
+sends after its handshake, which the SDK serves statelessly without one.
 
     python -m bench.mcp_calls [--stores sqlite,postgresql] [--workers 2] [--clients 16]
-        [--seconds 5] [--windows 3] [--warmup 200]
+        [--seconds 5] [--windows 3] [--protocol 2026-07-28]
 """
 
 from __future__ import annotations
@@ -43,17 +45,25 @@ from bench.instructions import seeded_store
 from bench.load import RequestFactory, run_load
 
 TOOL = f"{SERVICE.replace('.', '_')}__{VERSION}"
-PROTOCOL_VERSION = "2025-11-25"
+MODERN = "2026-07-28"
 
 
-def mcp_factory(target: Target, tag: str) -> RequestFactory:
+def mcp_factory(target: Target, tag: str, protocol: str = MODERN) -> RequestFactory:
     """A fresh `tools/call` of the benchmark's version per request (a new key each)."""
     headers = {
         "Authorization": f"Bearer {target.seeded.api_key}",
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": PROTOCOL_VERSION,
+        "MCP-Protocol-Version": protocol,
     }
+    envelope: dict[str, Any] = {}
+    if protocol == MODERN:
+        headers.update({"Mcp-Method": "tools/call", "Mcp-Name": TOOL})
+        envelope = {
+            "io.modelcontextprotocol/protocolVersion": protocol,
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
 
     def make(client: int, n: int) -> tuple[str, str, dict[str, str], bytes]:
         key = f"bench-{target.run_id}-{tag}-{client}-{n}"
@@ -64,7 +74,7 @@ def mcp_factory(target: Target, tag: str) -> RequestFactory:
             "params": {
                 "name": TOOL,
                 "arguments": {"job": "bench", "n": n},
-                "_meta": {"mercato/idempotencyKey": key},
+                "_meta": {"mercato/idempotencyKey": key, **envelope},
             },
         }
         return "POST", "/mcp", headers, orjson.dumps(message)
@@ -81,9 +91,18 @@ def _checker(kind: str, counts: Counter[str]) -> Callable[[int, bytes], None]:
 
 
 def window(
-    kind: str, target: Target, url: str, pid: int, *, clients: int, seconds: float, tag: str
+    kind: str,
+    target: Target,
+    url: str,
+    pid: int,
+    *,
+    clients: int,
+    seconds: float,
+    tag: str,
+    protocol: str = MODERN,
 ) -> dict[str, Any]:
-    factory = mcp_factory(target, tag) if kind == "mcp" else invoke_factory(target, tag)
+    mcp = kind == "mcp"
+    factory = mcp_factory(target, tag, protocol) if mcp else invoke_factory(target, tag)
     counts: Counter[str] = Counter()
     before = _tree_cpu_seconds(pid)
     result = run_load(
@@ -112,7 +131,16 @@ def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[di
         args += ["--workers", str(options.workers)]
         with process(args, env, workdir / "serve.log", port) as (url, pid):
             for kind in ("invoke", "mcp"):  # warm both paths, not counted
-                window(kind, target, url, pid, clients=options.clients, seconds=1, tag="warm")
+                window(
+                    kind,
+                    target,
+                    url,
+                    pid,
+                    clients=options.clients,
+                    seconds=1,
+                    tag="warm",
+                    protocol=options.protocol,
+                )
             for n in range(options.windows):
                 for kind in ("invoke", "mcp") if n % 2 == 0 else ("mcp", "invoke"):
                     options.say(f"[{store}] window {n + 1} {kind}")
@@ -124,6 +152,7 @@ def run_store(store: str, options: argparse.Namespace, workdir: Path) -> list[di
                         clients=options.clients,
                         seconds=options.seconds,
                         tag=f"w{n}",
+                        protocol=options.protocol,
                     )
                     rows.append({"store": store, "window": n + 1} | row)
     return rows
@@ -160,6 +189,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--protocol", default=MODERN, choices=[MODERN, "2025-11-25"])
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN)
     options = parser.parse_args()
     options.say = lambda m: print(m, file=sys.stderr, flush=True)
