@@ -7,6 +7,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -68,6 +69,9 @@ class Settings(BaseSettings):
     password_hash_concurrency: int = Field(default=0, ge=0, le=256)
     # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks).
     trusted_proxies: str = "127.0.0.1,::1"
+    # Host header values `/mcp` answers (decision 0540): `host`, `host:port` or `host:*` (any
+    # port), comma-separated; `*` alone answers any host (a proxy in front checks it).
+    mcp_allowed_hosts: str = "127.0.0.1:*,localhost:*,[::1]:*"
 
     # Points granted once to each account made on the web sign-up page (0: none).
     signup_points: int = Field(default=0, ge=0, le=10**15)
@@ -132,6 +136,7 @@ class Settings(BaseSettings):
                 "MERCATO_PROVIDER_MAX_IN_FLIGHT_CEILING; lower it or raise the ceiling"
             )
         _proxy_entries(self.trusted_proxies)  # a malformed entry fails here, at start
+        _host_entries(self.mcp_allowed_hosts)
         _check_database_url(self.database_url)
         return self
 
@@ -171,6 +176,11 @@ class Settings(BaseSettings):
         return _proxy_entries(self.trusted_proxies)
 
     @property
+    def mcp_host_list(self) -> list[str] | None:
+        """The Host values `/mcp` answers (`host`, `host:port`, `host:*`); None: any host."""
+        return _host_entries(self.mcp_allowed_hosts)
+
+    @property
     def private_addresses_allowed(self) -> bool:
         return bool(self.allow_private_provider_addresses)
 
@@ -206,6 +216,23 @@ def _proxy_entries(text: str) -> list[str]:
                 f"MERCATO_TRUSTED_PROXIES: {entry!r} is not an IP address or network; give "
                 "comma-separated addresses or CIDR networks, or leave it empty"
             ) from None
+    return entries
+
+
+_HOST_ENTRY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::(?:[0-9]{1,5}|\*))?")
+
+
+def _host_entries(text: str) -> list[str] | None:
+    """Split MERCATO_MCP_ALLOWED_HOSTS (None for `*`: any host), refusing malformed entries."""
+    entries = [part.strip() for part in text.split(",") if part.strip()]
+    if entries == ["*"]:
+        return None
+    for entry in entries:
+        if not _HOST_ENTRY.fullmatch(entry):
+            raise SettingsError(
+                f"MERCATO_MCP_ALLOWED_HOSTS: {entry!r} is not a host; give comma-separated "
+                "host, host:port or host:* entries, or * alone for any host"
+            )
     return entries
 
 

@@ -659,6 +659,7 @@ def _human_summary(ready: dict[str, Any]) -> str:
             "",
             "Mercato is up.",
             f"  platform API   {url}/v1/",
+            f"  MCP (agents)   {url}/mcp   (docs/agents.md)",
             f"  web            {ready['web']}",
             f"  catalog entry  {url}/v1/catalog/listings/{SERVICE_CODE}",
             f"  service        {ready['serviceCode']} {ready['version']} (10 points a call)",

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
 from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -21,6 +22,8 @@ from mercato.web import observe, openapi, pages, problems
 from mercato.web.api import invocations, routers
 from mercato.web.direct import route_of
 from mercato.web.front import Front
+from mercato.web.mcp.endpoint import PATH as MCP_PATH
+from mercato.web.mcp.endpoint import McpEndpoint
 
 YOUNG_COLLECTION_THRESHOLD = 10_000
 """A server's `gc` threshold for its youngest generation (Python's default is 700)."""
@@ -115,13 +118,16 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
         owned = PerLoopProvider(lambda: AsyncObservedProviderClient(settings))
         runtime.async_provider = owned
 
+    mcp = McpEndpoint(runtime)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if owned is not None:
             await owned.open()
         try:
-            with server_heap() if server else nullcontext():
-                yield
+            async with mcp.running():
+                with server_heap() if server else nullcontext():
+                    yield
         finally:
             if owned is not None:
                 await owned.aclose()
@@ -134,6 +140,10 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
     for router in routers():
         app.include_router(router)
     pages.install(app)
+    # The Model Context Protocol (DESIGN §12): an ASGI app of the `mcp` SDK behind the caller's
+    # authentication, on every method (the SDK answers the ones it does not serve). First, so
+    # that the router does not try every other route's pattern on each tool call first.
+    app.router.routes.insert(0, Route(MCP_PATH, endpoint=mcp, include_in_schema=False))
     # One layer (web/front.py, decision 0382): request ids, log line and counters
     # (web/observe.py), body caps (web/limits.py), one Authorization header and no U+0000
     # (web/edge.py), then the invoke route served directly (web/direct.py, decision 0381).

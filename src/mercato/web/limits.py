@@ -20,11 +20,15 @@ from mercato.catalog.contracts import MAX_BODY_LIMIT
 from mercato.web.problems import problem_response
 
 MAX_BODY_BYTES = 1024 * 1024
+MCP_BODY_BYTES = MAX_BODY_LIMIT + 64 * 1024
 _INVOKE = re.compile(r"^/v1/services/[^/]+/versions/[^/]+:invoke$")
 
 
 def body_cap(path: str) -> int:
-    """The most bytes a request to `path` may carry."""
+    """The most bytes a request to `path` may carry (`/mcp`: a `tools/call` carries an invoke's
+    body in its JSON-RPC envelope)."""
+    if path == "/mcp":
+        return MCP_BODY_BYTES
     return MAX_BODY_LIMIT if _INVOKE.match(path) else MAX_BODY_BYTES
 
 

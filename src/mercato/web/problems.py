@@ -156,6 +156,12 @@ def problem_response(
     headers: dict[str, str] | None = None,
 ) -> ProblemResponse:
     """Build one problem document response."""
+    return ProblemResponse(_document(status, code, title, message, extra), headers=headers)
+
+
+def _document(
+    status: int, code: str, title: str, message: str, extra: dict[str, Any] | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": f"https://mercato.dev/problems/{code.lower().replace('_', '-')}",
         "title": title,
@@ -165,7 +171,13 @@ def problem_response(
     }
     if extra:
         body.update(extra)
-    return ProblemResponse(body, headers=headers)
+    return body
+
+
+def error_document(error: MercatoError) -> dict[str, Any]:
+    """The problem document `from_error` answers for `error`, as a mapping (the MCP endpoint
+    carries it in a tool result)."""
+    return _document(error.status, error.code, error.title, error.message, error.extra)
 
 
 def from_error(error: MercatoError) -> ProblemResponse:

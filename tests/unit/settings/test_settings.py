@@ -62,3 +62,14 @@ def test_only_dev_may_lower_the_password_hash_memory() -> None:
     assert Settings(env="dev", password_hash_memory_kib=64).password_hash_memory_kib == 64
     with pytest.raises(ValidationError, match="MERCATO_PASSWORD_HASH_MEMORY_KIB below 65536"):
         Settings(env="production", secret_key="k" * 40, password_hash_memory_kib=64)  # type: ignore[arg-type]
+
+
+def test_mcp_allowed_hosts_are_host_patterns_or_any() -> None:
+    assert Settings(env="dev").mcp_host_list == ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    listed = Settings(env="dev", mcp_allowed_hosts=" mercato.example, api.example:443 ,")
+    assert listed.mcp_host_list == ["mercato.example", "api.example:443"]
+    assert Settings(env="dev", mcp_allowed_hosts="*").mcp_host_list is None
+    assert Settings(env="dev", mcp_allowed_hosts="").mcp_host_list == []
+    for bad in ("http://mercato.example", "a b", "*.example", "host:port"):
+        with pytest.raises(ValidationError, match="MERCATO_MCP_ALLOWED_HOSTS"):
+            Settings(env="dev", mcp_allowed_hosts=bad)

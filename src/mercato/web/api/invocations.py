@@ -120,6 +120,14 @@ def outcome_response(
         return _json(202, view.pending_body(), {**headers, "Location": location})
     if view.state == "SUCCEEDED":
         return _json(200, view.success_body(), headers)
+    error = failure_of(view)
+    error.headers.update(headers)
+    raise error
+
+
+def failure_of(view: InvocationView) -> MercatoError:
+    """The problem of a call that ended FAILED (its reservation released), as the invoke
+    answers it (the MCP endpoint's tool results carry the same document)."""
     error: MercatoError
     if view.provider_http_status is not None:
         error = ProviderDefinedFailure(
@@ -138,8 +146,7 @@ def outcome_response(
             "The provider did not accept the call; no points were spent.",
             invocationId=view.invocation_id,
         )
-    error.headers.update(headers)
-    raise error
+    return error
 
 
 async def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
