@@ -151,6 +151,7 @@ SLOW_FIRST = (
     "tests/integration/cli/test_admin_beside_demo.py",
     "tests/functional/web/",
     "tests/functional/demo/",
+    "tests/functional/packaging/",
 )
 TIERS = ("tests/functional/", "tests/simulation/", "tests/integration/")
 

@@ -441,7 +441,19 @@ def load_settings() -> Settings:
     Inside `beside_demo()` unset variables come from the demo's recorded settings. The data
     dir is created here, so a path that cannot be is a configuration error, not a traceback.
     """
-    defaults = _demo_defaults() if _beside_demo.get() else {}
-    settings = Settings(**defaults)
+    beside = _beside_demo.get()
+    defaults = _demo_defaults() if beside else {}
+    try:
+        settings = Settings(**defaults)
+    except (ValidationError, SettingsError) as exc:
+        described = describe_settings_error(exc)
+        demo = environment_data_dir() / DEMO_SETTINGS_FILE
+        if beside and "MERCATO_SECRET_KEY is required" in described and not demo.is_file():
+            # `mercato admin` run away from the demo: say where its settings were looked for.
+            raise SettingsError(
+                f"{described}; no `mercato up` settings at {demo.resolve()}: run this command "
+                "in the directory `mercato up` runs in, or set MERCATO_DATA_DIR to its data dir"
+            ) from None
+        raise
     _ensure_data_dir(settings)
     return settings

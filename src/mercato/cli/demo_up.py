@@ -38,6 +38,7 @@ from mercato.accounts import service as accounts
 from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionImmutable
 from mercato.catalog.examples import example_contract
+from mercato.cli import demo_lock
 from mercato.cli.commands_catalog import connection_facts
 from mercato.cli.commands_core import runtime_from_env
 from mercato.conformance.flows import change_connection, check_connection, submit_connection
@@ -47,7 +48,7 @@ from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.providers.models import ProviderConnection
 from mercato.providers.schemas import RunView
-from mercato.settings import load_settings, record_demo_settings
+from mercato.settings import Settings, load_settings, record_demo_settings
 
 SERVICE_CODE = "pixiv.daily-ranking"
 VERSION = "v1"
@@ -477,15 +478,37 @@ def run_up(options: UpOptions) -> int:
         stream.write(message + "\n")
         stream.flush()
 
-    stop = threading.Event()
     settings = load_settings()
+    data_dir = settings.data_dir.resolve()
+    # One `mercato up` per data dir and per database, before anything is written (0551).
+    try:
+        lock = demo_lock.acquire(data_dir, settings.resolved_database_url)
+    except demo_lock.AlreadyRunning as exc:
+        sys.stderr.write(f"mercato up: {exc}\n")
+        return 1
+    try:
+        return _run_locked(options, settings, lock, say)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    options: UpOptions, settings: Settings, lock: demo_lock.DemoLock, say: Callable[[str], None]
+) -> int:
+    out = sys.stdout
+    stop = threading.Event()
     record_demo_settings(settings)  # `mercato admin ...` beside the demo reads it (0271)
     data_dir = settings.data_dir.resolve()
     supervisor = Supervisor(log_dir=data_dir / "logs", say=say)
     with _signals(stop):
         try:
             ready = _bring_up(
-                options, settings_data_dir=data_dir, supervisor=supervisor, say=say, stop=stop
+                options,
+                settings_data_dir=data_dir,
+                supervisor=supervisor,
+                say=say,
+                stop=stop,
+                announce=lock.announce,
             )
         except _Interrupted:
             say("interrupted; stopping")
@@ -530,6 +553,7 @@ def _bring_up(
     supervisor: Supervisor,
     say: Callable[[str], None],
     stop: threading.Event,
+    announce: Callable[[str], None],
 ) -> dict[str, Any]:
     data_dir = settings_data_dir
     taken: set[int] = set()
@@ -615,6 +639,7 @@ def _bring_up(
         port=options.port,
     )
     url = f"http://{HOST}:{port}"
+    announce(url)  # a second `mercato up` names this one by its URL
     supervisor.start("worker", ["worker"], env)
 
     charts = ("manga", "illust", "overall") if sample_base else ("manga",)

@@ -91,6 +91,27 @@ def test_variables_in_the_environment_win_and_another_database_ignores_the_demo(
     assert elsewhere.stderr.startswith("configuration error: MERCATO_SECRET_KEY is required")
 
 
+def test_admin_away_from_the_demo_says_where_its_settings_were_expected(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    # Run from another directory, `admin` finds no recorded settings: the one line still names
+    # MERCATO_SECRET_KEY, and says which mercato-up.json it looked for and how to point at it.
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    result = _mercato("admin", "verify-ledger", cwd=away)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("configuration error: MERCATO_SECRET_KEY is required")
+    assert (
+        f"no `mercato up` settings at {(away / 'var' / DEMO_SETTINGS_FILE).resolve()}" in lines[0]
+    )
+    assert "set MERCATO_DATA_DIR to its data dir" in lines[0]
+    # Pointed at the demo's data dir, the same command works from there.
+    pointed = _mercato("admin", "verify-ledger", cwd=away, MERCATO_DATA_DIR=str(demo_dir / "var"))
+    assert pointed.returncode == 0, pointed.stderr
+
+
 def test_only_admin_commands_read_the_demo_settings(demo_dir: Path) -> None:
     # A server started in the demo's directory without settings stays fail-closed.
     served = _mercato("serve", "--port", "1", cwd=demo_dir)

@@ -8,6 +8,7 @@ have, an SDK test importing the platform) in the ordinary suite, in milliseconds
 from __future__ import annotations
 
 import ast
+import os
 import tomllib
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -90,9 +91,63 @@ def test_the_sdks_depend_on_little_and_the_platform_on_the_development_list() ->
         "psycopg"
     ]
     platform = _project("mercato")
-    assert platform["project"]["dynamic"] == ["dependencies"]  # scripts/wheels: root's + SDKs
+    assert platform["project"]["dynamic"] == ["dependencies"]
+    assert platform["tool"]["setuptools"]["dynamic"]["dependencies"] == {
+        "file": ["requirements.txt"]
+    }
     root = _requirement_names(_project("."))
     assert {"httpx", "starlette", "uvicorn", "psycopg"} <= root
+
+
+def test_the_platform_requires_the_root_list_and_the_two_sdks_at_the_same_version() -> None:
+    """packages/mercato/requirements.txt is a copy (decision 0550): `scripts/wheels
+    --write-requirements` rewrites it after a change to the root pyproject.toml's list."""
+    text = (ROOT / "packages" / "mercato" / "requirements.txt").read_text()
+    listed = [line for line in text.splitlines() if line and not line.startswith("#")]
+    root = _project(".")["project"]
+    version = root["version"]
+    assert listed == [
+        *root["dependencies"],
+        f"mercato-client=={version}",
+        f"mercato-provider=={version}",
+    ]
+
+
+def _entries(directory: Path) -> set[str]:
+    return {
+        p.name
+        for p in directory.iterdir()
+        if p.name != "__pycache__" and not p.name.endswith(".egg-info")
+    }
+
+
+def test_each_package_directory_links_every_entry_of_the_one_src_tree_once() -> None:
+    """packages/<name>/src holds relative symbolic links into src/ (decision 0550): together
+    they name every entry of src/mercato and src/mercato_examples exactly once, so `pip install
+    ./packages/<name>` builds from this checkout and a new subpackage cannot be left out."""
+    linked: dict[Path, str] = {}
+    for name in ("mercato", "mercato-client", "mercato-provider"):
+        package_src = ROOT / "packages" / name / "src"
+        assert _entries(package_src) <= {"mercato", "mercato_examples"}, name
+        assert not (package_src / "mercato").is_symlink(), "mercato is a namespace: a real dir"
+        candidates = [package_src / "mercato" / e for e in _entries(package_src / "mercato")]
+        if (package_src / "mercato_examples").exists():
+            candidates.append(package_src / "mercato_examples")
+        for link in candidates:
+            assert link.is_symlink(), link
+            assert not os.path.isabs(os.readlink(link)), f"{link} must be a relative link"
+            target = link.resolve()
+            assert target.parent in {SRC, SRC / "mercato"}, link
+            assert target.name == link.name, link
+            assert target not in linked, f"{target} linked by {linked.get(target)} and {name}"
+            linked[target] = name
+    expected = {SRC / "mercato_examples"} | {SRC / "mercato" / e for e in _entries(SRC / "mercato")}
+    assert set(linked) == expected
+    assert {t.name for t, n in linked.items() if n == "mercato-client"} == {"client"}
+    assert {t.name for t, n in linked.items() if n == "mercato-provider"} == {
+        "provider",
+        "protocol",
+    }
 
 
 def _imports(path: Path) -> set[str]:

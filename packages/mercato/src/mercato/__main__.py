@@ -1,0 +1,1 @@
+../../../../src/mercato/__main__.py

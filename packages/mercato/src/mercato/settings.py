@@ -1,0 +1,1 @@
+../../../../src/mercato/settings.py
