@@ -19,6 +19,7 @@ from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit, table
 from mercato.client import (
     InvocationPending,
     InvocationResult,
+    MercatoAPIError,
     MercatoClient,
     MercatoClientError,
     RetryPolicy,
@@ -47,9 +48,21 @@ def _url(given: str | None) -> str:
     return str(given or CallerSettings().url or DEFAULT_URL)
 
 
-def _error(text: str, code: int = EXIT_FAILURE) -> int:
-    sys.stderr.write(f"error: {' '.join(text.split())}\n")
+def _one_line(text: str) -> str:
+    """`text` on one line, with no character that could steer the terminal."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in " ".join(text.split()))
+
+
+def _error(text: str, code: int = EXIT_FAILURE, *, located: list[str] | None = None) -> int:
+    """One line `error: ...`, then one indented line per located error (pointer: detail)."""
+    lines = [f"error: {_one_line(text)}", *(f"  {_one_line(line)}" for line in located or [])]
+    sys.stderr.write("\n".join(lines) + "\n")
     return code
+
+
+def _client_error(exc: MercatoClientError) -> int:
+    located = exc.error_lines() if isinstance(exc, MercatoAPIError) else []
+    return _error(f"{exc.code}: {exc.message}", located=located)
 
 
 def _read_input(source: str) -> dict[str, Any]:
@@ -165,7 +178,7 @@ def cmd_call(
         resume = exc.idempotency_key
         return _error(f"{exc}" + (f" Resume with --key {resume}" if resume else ""))
     except MercatoClientError as exc:
-        return _error(str(exc))
+        return _client_error(exc)
     except OSError as exc:  # the output directory, not the platform
         return _error(f"OUTPUT_ERROR: {exc}")
     sys.stdout.write(json.dumps(call.result, indent=2, ensure_ascii=False) + "\n")
@@ -187,7 +200,7 @@ def cmd_catalog(url: str | None, as_json: bool) -> int:
         with MercatoClient(_url(url)) as client:
             listings = list(client.iter_listings())
     except MercatoClientError as exc:
-        return _error(str(exc))
+        return _client_error(exc)
     if as_json:
         items = [
             {
