@@ -54,6 +54,10 @@ def test_check_prints_each_check_with_evidence_and_what_to_fix(tmp_path: Path) -
         (["push", "--version", "v1", "--price", "2", "--contract", "missing.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2", "--contract", "not-re2.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2"], "MERCATO_EMAIL"),
+        (
+            ["push", "--version", "v1", "--price", "2", "--description", "x" * 10_001],
+            "--description",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, args: list[str], named: str) -> None:
@@ -127,16 +131,32 @@ def test_push_creates_updates_and_submits_through_the_provider_api(
         push += ["--version", "v1", "--connection", connection, "--json"]
 
         contract.write_text(json.dumps({**CONTRACT, "requestSchema": {"type": "nope"}}))
-        refused = mercato(*push, "--price", "2", env=env)
+        # The listing is made before the draft is refused: its name and description with it.
+        described = ["--description", "Answers a tool's result.", "--display-name", "Acme Tool"]
+        refused = mercato(*push, "--price", "2", *described, env=env)
         assert refused.returncode == 1
         assert "INVALID_CONTRACT" in refused.stderr and "/requestSchema/type" in refused.stderr
 
         contract.write_text(json.dumps(CONTRACT))
         first = mercato(*push, "--price", "2", env=env)
         assert first.returncode == 0, first.stderr
+        assert first.stderr == ""  # no httpx request log lines (issue 41 item 5)
         assert json.loads(first.stdout)["state"] == "SUBMITTED"
-        again = mercato(*push, "--price", "2", env=env)  # nothing changed: stays submitted
+        listing = httpx.get(
+            serve.url + "/v1/provider/listings/acme.tool/versions",
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()
+        assert (listing["displayName"], listing["description"]) == (
+            "Acme Tool",
+            "Answers a tool's result.",
+        )
+        # Nothing changed: stays submitted; another description is not applied, and said so.
+        again = mercato(*push, "--price", "2", "--description", "Something else.", env=env)
         assert json.loads(again.stdout)["state"] == "SUBMITTED"
+        assert again.stderr.splitlines() == [
+            "note: acme.tool already exists; --description applies only when push creates the "
+            "listing, so it was not changed"
+        ]
         changed = mercato(*push, "--price", "3", env=env)  # an edit: back to DRAFT, resubmitted
         assert json.loads(changed.stdout)["state"] == "SUBMITTED"
         with reference_provider() as elsewhere:
