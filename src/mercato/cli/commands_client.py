@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import sys
 import threading
 from dataclasses import dataclass
@@ -37,11 +36,6 @@ def register(top: click.Group, _admin: click.Group) -> None:
 
 
 _URL_HELP = f"platform URL (env MERCATO_URL, default {DEFAULT_URL})"
-
-
-def _quiet_http_logs() -> None:
-    # httpx logs every request at INFO; stderr is for the spinner and one-line errors.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _url(given: str | None) -> str:
@@ -159,7 +153,6 @@ def cmd_call(
     api_key: str | None,
 ) -> int:
     """Invoke SERVICE VERSION (an exact version, e.g. v1) and print its result."""
-    _quiet_http_logs()
     configured = CallerSettings().api_key
     api_key = api_key or (configured.get_secret_value() if configured else None)
     if not api_key:
@@ -195,7 +188,6 @@ def cmd_call(
 @click.option("--url", help=_URL_HELP)
 @json_option()
 def cmd_catalog(url: str | None, as_json: bool) -> int:
-    _quiet_http_logs()
     try:
         with MercatoClient(_url(url)) as client:
             listings = list(client.iter_listings())

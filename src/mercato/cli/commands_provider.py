@@ -8,7 +8,6 @@ MERCATO_PASSWORD and creates or updates a draft through the provider API, then s
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,8 +255,6 @@ def cmd_push(
     url: str | None,
     as_json: bool,
 ) -> int:
-    # httpx logs every request at INFO; stderr is for one-line errors and notes.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         parse_version_label(version)
     except ValidationFailed as exc:
