@@ -15,7 +15,6 @@ import pytest
 from builders.servers import QuietThreadingHTTPServer, serve_in_thread, stop_server
 from mercato.cli.commands_client import Spinner
 from mercato.cli.main import main
-from mercato.client import RequestSchemaViolation
 
 
 class Terminal(io.StringIO):
@@ -148,18 +147,3 @@ def test_call_prints_each_located_error_on_its_own_line(
         "  /chart: 'weekly' is not one of ['daily', 'monthly']",
         "  /x\ufffd[2J: cleared\ufffd]0;title\ufffd second line",
     ]
-
-
-def test_the_client_exception_names_each_located_error() -> None:
-    problem = {"code": "REQUEST_SCHEMA_VIOLATION", "errors": [CHART_ERROR, {"detail": "root"}]}
-    error = RequestSchemaViolation(
-        "The body does not match.", code="REQUEST_SCHEMA_VIOLATION", status=422, problem=problem
-    )
-    assert str(error) == (
-        "REQUEST_SCHEMA_VIOLATION: The body does not match.\n"
-        "  /chart: 'weekly' is not one of ['daily', 'monthly']\n"
-        "  /: root"
-    )
-    assert error.errors == [CHART_ERROR, {"detail": "root"}]
-    odd = RequestSchemaViolation("x", code="C", status=422, problem={"errors": "not a list"})
-    assert (str(odd), odd.errors) == ("C: x", [])
