@@ -76,6 +76,39 @@ def test_problem_codes_pick_the_exception_class(
     assert (caught.value.code, caught.value.status) == (code, status)
 
 
+def test_a_schema_violation_names_each_located_error_in_its_text() -> None:
+    """Issue 41 item 5: str() of the exception carries the problem's `errors`, each as
+    `pointer: detail` on its own line, not only `CODE: message`."""
+    chart = {"pointer": "/chart", "detail": "'weekly' is not one of ['overall', 'manga']"}
+    script = Script(
+        problem(
+            422,
+            "REQUEST_SCHEMA_VIOLATION",
+            message="The body does not match.",
+            errors=[chart, {"detail": "at the root"}],
+        )
+    )
+
+    with pytest.raises(RequestSchemaViolation) as caught:
+        client(script).invoke("acme.echo", "v1", {"chart": "weekly"})
+
+    assert str(caught.value) == (
+        "REQUEST_SCHEMA_VIOLATION: The body does not match.\n"
+        "  /chart: 'weekly' is not one of ['overall', 'manga']\n"
+        "  /: at the root"
+    )
+    assert caught.value.errors == [chart, {"detail": "at the root"}]
+
+
+def test_errors_that_are_not_a_list_are_no_errors() -> None:
+    script = Script(problem(422, "REQUEST_SCHEMA_VIOLATION", errors="not a list"))
+
+    with pytest.raises(RequestSchemaViolation) as caught:
+        client(script).invoke("acme.echo", "v1", {"n": 1})
+
+    assert caught.value.errors == [] and "\n" not in str(caught.value)
+
+
 def test_a_bare_http_error_still_becomes_a_typed_error() -> None:
     script = Script(httpx.Response(502, text="<html>bad gateway</html>"))
 

@@ -97,7 +97,7 @@ def cmd_revoke_api_key(key_id: str, as_json: bool) -> int:
     return 0
 
 
-@command("unlock", help="lift an email's login throttles (decision 0220)")
+@command("unlock", help="lift an email's login throttles")
 @click.argument("email", metavar="EMAIL")
 @json_option()
 def cmd_unlock(email: str, as_json: bool) -> int:

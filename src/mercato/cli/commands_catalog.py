@@ -81,7 +81,7 @@ _PUBLISH_ERRORS: dict[type[MercatoError], Naming] = {
 }
 
 
-@command("publish", help="create the listing if needed, then draft and publish a version")
+@command("publish", help="draft and publish a version (and its listing, if new)")
 @click.option("--connection", required=True, help="an approved provider connection id")
 @click.option("--service-code", required=True)
 @click.option("--display-name", required=True)

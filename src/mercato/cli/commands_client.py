@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import sys
 import threading
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from mercato.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, emit, table
 from mercato.client import (
     InvocationPending,
     InvocationResult,
+    MercatoAPIError,
     MercatoClient,
     MercatoClientError,
     RetryPolicy,
@@ -38,18 +38,25 @@ def register(top: click.Group, _admin: click.Group) -> None:
 _URL_HELP = f"platform URL (env MERCATO_URL, default {DEFAULT_URL})"
 
 
-def _quiet_http_logs() -> None:
-    # httpx logs every request at INFO; stderr is for the spinner and one-line errors.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
 def _url(given: str | None) -> str:
     return str(given or CallerSettings().url or DEFAULT_URL)
 
 
-def _error(text: str, code: int = EXIT_FAILURE) -> int:
-    sys.stderr.write(f"error: {' '.join(text.split())}\n")
+def _one_line(text: str) -> str:
+    """`text` on one line, with no character that could steer the terminal."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in " ".join(text.split()))
+
+
+def _error(text: str, code: int = EXIT_FAILURE, *, located: list[str] | None = None) -> int:
+    """One line `error: ...`, then one indented line per located error (pointer: detail)."""
+    lines = [f"error: {_one_line(text)}", *(f"  {_one_line(line)}" for line in located or [])]
+    sys.stderr.write("\n".join(lines) + "\n")
     return code
+
+
+def _client_error(exc: MercatoClientError) -> int:
+    located = exc.error_lines() if isinstance(exc, MercatoAPIError) else []
+    return _error(f"{exc.code}: {exc.message}", located=located)
 
 
 def _read_input(source: str) -> dict[str, Any]:
@@ -146,7 +153,6 @@ def cmd_call(
     api_key: str | None,
 ) -> int:
     """Invoke SERVICE VERSION (an exact version, e.g. v1) and print its result."""
-    _quiet_http_logs()
     configured = CallerSettings().api_key
     api_key = api_key or (configured.get_secret_value() if configured else None)
     if not api_key:
@@ -165,7 +171,7 @@ def cmd_call(
         resume = exc.idempotency_key
         return _error(f"{exc}" + (f" Resume with --key {resume}" if resume else ""))
     except MercatoClientError as exc:
-        return _error(str(exc))
+        return _client_error(exc)
     except OSError as exc:  # the output directory, not the platform
         return _error(f"OUTPUT_ERROR: {exc}")
     sys.stdout.write(json.dumps(call.result, indent=2, ensure_ascii=False) + "\n")
@@ -182,12 +188,11 @@ def cmd_call(
 @click.option("--url", help=_URL_HELP)
 @json_option()
 def cmd_catalog(url: str | None, as_json: bool) -> int:
-    _quiet_http_logs()
     try:
         with MercatoClient(_url(url)) as client:
             listings = list(client.iter_listings())
     except MercatoClientError as exc:
-        return _error(str(exc))
+        return _client_error(exc)
     if as_json:
         items = [
             {

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +13,6 @@ import click
 from sqlalchemy import Engine
 
 from mercato.cli.framework import WholeNumber, command
-from mercato.cli.output import progress, shows_progress
 from mercato.db import models
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -43,17 +44,33 @@ def runtime_from_env(
 
 @command("migrate", help="create or upgrade the database schema")
 def cmd_migrate() -> int:
-    from mercato.db.migrate import upgrade  # Alembic: loaded only by the commands that migrate
+    from mercato.db.migrate import current_revision, upgrade  # Alembic: only where it migrates
 
+    # Alembic's own INFO lines ("Context impl", "Running upgrade a -> b") are for its authors;
+    # a person gets one line per migration below.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     runtime = runtime_from_env()
     engine = runtime.db.engine
-    if shows_progress():
-        # One revision at a time (each runs in its own transaction anyway), with a bar.
-        for revision in progress(pending_revisions(engine), _revision_label, shown=True):
-            upgrade(engine, revision.revision)
-    upgrade(engine)
-    print("schema is up to date")
+    pending = pending_revisions(engine)
+    for revision in pending:  # one at a time: each runs in its own transaction anyway
+        upgrade(engine, revision.revision)
+        print(f"applied {revision.revision}: {_plain_words(revision.doc)}", flush=True)
+    upgrade(engine)  # nothing is left, unless the history branches: then Alembic says so
+    head = current_revision(engine)
+    print(f"migrated to {head}" if pending else f"already up to date ({head})")
     return 0
+
+
+# "(decision 0186)", "(DESIGN §7, decision 0510)", ", decision 0371", "(decisions 0200-0202)"
+_DECISION_REFERENCE = r"\s*\((?:[^()]*\b)?decisions?\b[^()]*\)|,? decisions? [\d, -]+"
+
+
+def _plain_words(doc: str | None) -> str:
+    """A migration's first sentence, without its decision references."""
+    paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
+    sentence = paragraph.split(". ")[0].rstrip(".")
+    sentence = re.sub(_DECISION_REFERENCE, "", sentence)
+    return sentence.strip() or "(no description)"
 
 
 def pending_revisions(engine: Engine) -> list[Script]:
@@ -72,10 +89,6 @@ def pending_revisions(engine: Engine) -> list[Script]:
         s for s in scripts.iterate_revisions("head", current or "base") if isinstance(s, Script)
     ]
     return list(reversed(pending))
-
-
-def _revision_label(revision: Script) -> str:
-    return f"migrating: {revision.revision} {revision.doc or ''}".strip()
 
 
 @command("openapi", help="print the caller API's OpenAPI document (docs/openapi.json)")

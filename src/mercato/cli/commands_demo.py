@@ -45,7 +45,7 @@ def sample_upstream() -> None:
     """The offline sample upstream."""
 
 
-@command("up", help="the one-command demo: platform, worker, example provider and sample upstream")
+@command("up", help="run the demo: platform, worker and the example provider")
 @click.option("--port", type=TcpPort(), help="the platform's port (default 8000 if free)")
 @json_option(help='print one JSON object {"url", "apiKey", "serviceCode", "version"} once ready')
 def cmd_up(port: int | None, as_json: bool) -> int:

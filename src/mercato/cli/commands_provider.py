@@ -33,6 +33,7 @@ from mercato.settings import CallerSettings, Settings
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_CONTRACT_BYTES = 1024 * 1024
 MAX_PRICE = 1_000_000_000
+MAX_DESCRIPTION_CHARS = 10_000  # the provider API's limit (ListingBody.description)
 
 
 def register(top: click.Group, _admin: click.Group) -> None:
@@ -167,6 +168,7 @@ class _Draft:
     price: int
     connection: str
     display_name: str | None
+    description: str | None
 
 
 def _push(http: httpx.Client, wanted: _Draft, contract: dict[str, Any]) -> Any:
@@ -176,11 +178,16 @@ def _push(http: httpx.Client, wanted: _Draft, contract: dict[str, Any]) -> Any:
     if listing.status_code == 404:
         created = http.post(
             "/v1/provider/listings",
-            json={"serviceCode": code, "displayName": wanted.display_name or code},
+            json={
+                "serviceCode": code,
+                "displayName": wanted.display_name or code,
+                "description": wanted.description or "",
+            },
             headers=headers,
         )
         listing = created
     found = _expect("read the listing", listing, 200, 201)
+    _note_kept(found, wanted)
     existing = [v for v in found["versions"] if v["version"] == wanted.version]
     body = {"connectionId": wanted.connection, "price": wanted.price, "contract": contract}
     if existing:
@@ -202,6 +209,19 @@ def _push(http: httpx.Client, wanted: _Draft, contract: dict[str, Any]) -> Any:
     return _expect("submit the draft", submitted, 200)
 
 
+def _note_kept(listing: dict[str, Any], wanted: _Draft) -> None:
+    """Say so when the listing already existed with another name or description: they are set
+    only when `push` creates it."""
+    asked = {"--display-name": wanted.display_name, "--description": wanted.description}
+    found = {"--display-name": listing["displayName"], "--description": listing["description"]}
+    for flag, value in asked.items():
+        if value is not None and value != found[flag]:
+            sys.stderr.write(
+                f"note: {listing['serviceCode']} already exists; {flag} applies only when push "
+                "creates the listing, so it was not changed\n"
+            )
+
+
 def _code(answer: httpx.Response) -> str | None:
     """A problem document's `code` (None for any other answer)."""
     if answer.status_code < 400 or "json" not in answer.headers.get("content-type", ""):
@@ -218,7 +238,10 @@ def _code(answer: httpx.Response) -> str | None:
 @click.option("--version", required=True, metavar="vN")
 @click.option("--price", required=True, type=WholeNumber(1, MAX_PRICE))
 @click.option("--connection", required=True, metavar="ID")
-@click.option("--display-name", help="used only when the listing does not exist yet")
+@click.option("--display-name", help="the listing's name, set when push creates it")
+@click.option(
+    "--description", help="what the service does, shown on the listing; set when push creates it"
+)
 @click.option("--url", help=f"platform URL (env MERCATO_URL, default {DEFAULT_URL})")
 @json_option()
 def cmd_push(
@@ -228,6 +251,7 @@ def cmd_push(
     price: int,
     connection: str,
     display_name: str | None,
+    description: str | None,
     url: str | None,
     as_json: bool,
 ) -> int:
@@ -236,7 +260,9 @@ def cmd_push(
     except ValidationFailed as exc:
         raise BadArgument("--version", exc.message) from None
     document = _contract(contract)
-    draft = _Draft(service_code, version, price, connection, display_name)
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+        raise BadArgument("--description", f"at most {MAX_DESCRIPTION_CHARS} characters")
+    draft = _Draft(service_code, version, price, connection, display_name, description)
     base = str(url or CallerSettings().url or DEFAULT_URL).rstrip("/")
     try:
         with httpx.Client(base_url=base, timeout=120) as http:

@@ -128,7 +128,7 @@ def cmd_add_connection(owner: str, name: str, base_url: str, credential: str, as
     return EXIT_OK
 
 
-@command("update-connection", help="change name, URL or credential (lapses approval) and re-check")
+@command("update-connection", help="change name, URL or credential (approval lapses)")
 @click.argument("connection_id", metavar="ID")
 @click.option("--name")
 @click.option("--base-url")

@@ -42,8 +42,17 @@ def _given(value: object) -> bool:
     return isinstance(value, str | tuple | list | bool | int)
 
 
+def whole_short_help(command: click.Command) -> str:
+    """The command's one-line description in full: click would cut it at 45 characters."""
+    text = command.short_help or (command.help or "").split("\n\n")[0]
+    return " ".join(text.split())
+
+
 class MercatoCommand(click.Command):
     """A command whose missing and surplus arguments are reported the argparse way."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return whole_short_help(self)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         settings = dict(kwargs.get("context_settings") or {})
@@ -84,6 +93,9 @@ class MercatoGroup(click.Group):
     """A group whose commands are MercatoCommands and whose bad or missing COMMAND is one line."""
 
     command_class = MercatoCommand
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return whole_short_help(self)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Invoked without a command, the callback below reports the missing COMMAND itself.

@@ -153,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `mercato` with `argv` (default: the process's) and return its exit code."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # import-time chatter
+    # httpx logs every request at INFO: a person reads results and one-line errors, not those.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     arguments = list(sys.argv[1:] if argv is None else argv)
     undecodable = _undecodable(arguments)
     if undecodable is not None:

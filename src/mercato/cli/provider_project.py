@@ -1,9 +1,9 @@
 """The files `mercato provider init DIR` writes: a working provider project on the SDK.
 
 The handler is the `plain-json` contract template's service (text in; the text and its length
-out); the test checks the contract and the examples' results with the platform's own contract
-check and schema engine (decision 0517), starts the app on a loopback socket and runs
-`mercato provider check` against it.
+out); the test checks the contract, the example requests and the handler's results (schemas and
+sizes) with the platform's own contract check and schema engine (decisions 0517, 0555), then
+starts the app on a loopback socket and runs `mercato provider check` against it.
 """
 
 from __future__ import annotations
@@ -55,10 +55,15 @@ if __name__ == "__main__":
 TEST_PY = '''\
 """This provider as the platform will see it: pytest test_provider.py
 
-The contract is checked as submission checks it, the examples' requests and results are judged
-by the platform's own schema engine (RE2 patterns, as the platform runs them), and the nine
-conformance checks run against the service. These tests use the `mercato` platform package
-(its `mercato` command and its checks), not only the provider SDK.
+First what contract.json promises, judged as the platform judges it: the contract is checked as
+submission checks it; each example request must keep the request schema and requestMaxBytes;
+each result the handler gives must keep the result schema, and the answer that carries it
+responseMaxBytes (the platform refuses a call's answer otherwise: PROVIDER_CONTRACT_VIOLATION,
+and the caller pays nothing). Schemas are judged by the platform's own engine (RE2 patterns, as
+the platform runs them). Then the nine conformance checks run against the service; they send
+their own requests, so only the tests above catch a handler that drifts from contract.json.
+These tests use the `mercato` platform package (its `mercato` command and its checks), not only
+the provider SDK.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ import uvicorn
 
 from mercato.catalog.contract_schema import contract_errors
 from mercato.core.schema_engine import schema_errors
+from mercato.protocol.envelope import Envelope, Outcome
 from mercato.provider import Success
 from provider import build_app, handle
 
@@ -85,16 +91,31 @@ CONTRACT = json.loads((Path(__file__).parent / "contract.json").read_text(encodi
 EXAMPLES: list[dict[str, Any]] = [{"text": "hello"}, {"text": "\u00e9" * 1000}]
 
 
+def wire_bytes(document: dict[str, Any]) -> int:
+    """The size of a JSON document as sent: compact UTF-8, as the SDK writes it."""
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8"))
+
+
 def test_the_contract_is_one_the_platform_accepts() -> None:
     assert contract_errors(CONTRACT) == []
 
 
 @pytest.mark.parametrize("payload", EXAMPLES)
-def test_each_example_and_its_result_keep_the_contract(payload: dict[str, Any]) -> None:
+def test_each_example_request_keeps_the_request_schema_and_size(payload: dict[str, Any]) -> None:
     assert schema_errors(CONTRACT["requestSchema"], payload) == []
+    assert wire_bytes(payload) <= CONTRACT["requestMaxBytes"], "over requestMaxBytes"
+
+
+@pytest.mark.parametrize("payload", EXAMPLES)
+def test_each_result_keeps_the_result_schema_and_size(payload: dict[str, Any]) -> None:
     answer = handle(payload)
-    assert isinstance(answer, Success)
-    assert schema_errors(CONTRACT["resultSchema"], answer.result_json()) == []
+    assert isinstance(answer, Success), answer
+    result = answer.result_json()
+    assert schema_errors(CONTRACT["resultSchema"], result) == []
+    # The answer the SDK sends around the result, with the longest correlation id it makes.
+    sent = Envelope(Outcome.SUCCEEDED, "job-" + "0" * 32, result=result).to_json()
+    assert wire_bytes(sent) <= CONTRACT["responseMaxBytes"], "the answer is over responseMaxBytes"
 
 
 def test_the_nine_conformance_checks_pass(tmp_path: Path) -> None:
@@ -129,8 +150,9 @@ README_MD = """\
 
 - `provider.py`: the service, on the `mercato.provider` SDK.
 - `contract.json`: what the service promises; `mercato provider push` sends it for review.
-- `test_provider.py`: checks the contract and the examples' results with the platform's own
-  checks, and runs the platform's nine conformance checks against the service.
+- `test_provider.py`: checks the contract, the example requests and the handler's results
+  (schemas and sizes) with the platform's own checks, then runs the platform's nine
+  conformance checks against the service.
 
     pytest test_provider.py
     PROVIDER_CREDENTIAL=... python provider.py

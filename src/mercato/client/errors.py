@@ -51,6 +51,20 @@ class MercatoAPIError(MercatoClientError):
         value = self.problem.get("invocationId")
         return value if isinstance(value, str) else None
 
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """The problem's located errors (`pointer`, `detail`), if it lists any."""
+        found = self.problem.get("errors")
+        return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+
+    def error_lines(self) -> list[str]:
+        """Each located error as `pointer: detail` (the document's root is `/`)."""
+        return [f"{e.get('pointer') or '/'}: {e.get('detail', '')}" for e in self.errors]
+
+    def __str__(self) -> str:
+        located = self.error_lines()
+        return super().__str__() + "".join(f"\n  {line}" for line in located)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(code={self.code!r}, status={self.status}, "
@@ -108,11 +122,6 @@ class ValidationFailed(MercatoAPIError):
 
 class RequestSchemaViolation(ValidationFailed):
     """422 REQUEST_SCHEMA_VIOLATION: `errors` lists JSON-pointer located violations."""
-
-    @property
-    def errors(self) -> list[dict[str, Any]]:
-        found = self.problem.get("errors")
-        return list(found) if isinstance(found, list) else []
 
 
 class IdempotencyKeyReused(ValidationFailed):

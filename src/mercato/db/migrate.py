@@ -21,3 +21,11 @@ def alembic_config(engine: Engine) -> Config:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision`; running it again changes nothing."""
     command.upgrade(alembic_config(engine), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()

@@ -38,6 +38,8 @@ class Invocation(Base):
             postgresql_where=text("id IS NOT NULL"),
             sqlite_where=text("id IS NOT NULL"),
         ),
+        # A version's last calls, for its provider's page (migration 0020, decision 0556).
+        Index("ix_invocations_version_id_created_at", "version_id", "created_at"),
         # The worker's lanes: fresh work (stuck_at IS NULL) and stuck calls, each by due time.
         Index(
             "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,22 @@ def test_a_usage_error_from_the_console_script_is_one_line() -> None:
     result = _mercato("admin", "grant-points", "a@example.com", "--points", "5")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == ["error: unrecognized arguments: --points"]
+
+
+def test_migrate_prints_plain_lines_and_no_alembic_chatter(tmp_path: Path) -> None:
+    """Issue 41 item 5: as a real process, `mercato migrate` writes one line per migration to
+    stdout and nothing of Alembic's own log ("Context impl", "Running upgrade") to stderr."""
+    env = {"MERCATO_ENV": "dev", "MERCATO_DATA_DIR": str(tmp_path / "var")}
+    first = _mercato("migrate", **env)
+    again = _mercato("migrate", **env)
+    assert (first.returncode, first.stderr) == (0, ""), first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0] == "applied 0001_accounts: Accounts, API keys, sessions"
+    assert all(line.startswith("applied ") for line in lines[:-1])
+    head = lines[-1].removeprefix("migrated to ")
+    assert head != lines[-1] and lines[-2].startswith(f"applied {head}: ")
+    assert (again.returncode, again.stdout, again.stderr) == (
+        0,
+        f"already up to date ({head})\n",
+        "",
+    )

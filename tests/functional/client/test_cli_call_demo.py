@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -93,8 +94,10 @@ def test_mercato_call_with_a_key_is_one_charge_failures_are_one_line_and_catalog
     assert line.startswith("error: PROVIDER_DEFINED_FAILURE: ") and "UNKNOWN_SNAPSHOT" in line
     # A chart the contract does not allow never reaches the provider (decision 0205).
     assert refused.returncode == 1 and refused.stdout == ""
-    (line,) = refused.stderr.splitlines()
+    line, *located = refused.stderr.splitlines()
     assert line.startswith("error: REQUEST_SCHEMA_VIOLATION: ")
+    # Each error's pointer and detail follows on its own line (issue 41 item 5).
+    assert located and located[0].startswith("  /chart: 'nope' is not one of "), refused.stderr
 
     text = call(demo, "catalog", "--url", demo["url"], stdin="")
     as_json = call(demo, "catalog", "--json", stdin="")
@@ -103,3 +106,33 @@ def test_mercato_call_with_a_key_is_one_charge_failures_are_one_line_and_catalog
     assert row[0] == SERVICE and row[-3:] == ["v1", "10", "points"]  # a table row (decision 0301)
     (listing,) = [i for i in json.loads(as_json.stdout)["items"] if i["serviceCode"] == SERVICE]
     assert listing["versions"] == [{"version": "v1", "price": 10}]
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def test_the_snippets_of_docs_client_md_run_against_the_demo(
+    demo: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 41 item 5: docs/client.md's Python snippets, run in order as one program against the
+    demo (its URL for the documented one): the schema error prints its pointer, the defined
+    failure its provider's code."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "client.md").read_text(), re.S)
+    assert len(blocks) == 2
+    program = "\n".join(blocks).replace("http://127.0.0.1:8000", demo["url"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
+    env["MERCATO_API_KEY"] = demo["apiKey"]
+    ran = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert any(line.startswith("/chart: 'weekly' is not one of ") for line in lines), ran.stdout
+    assert lines[-1] == "UNKNOWN_SNAPSHOT", ran.stdout
+    assert len(list((tmp_path / "thumbnails").iterdir())) == 10

@@ -54,6 +54,10 @@ def test_check_prints_each_check_with_evidence_and_what_to_fix(tmp_path: Path) -
         (["push", "--version", "v1", "--price", "2", "--contract", "missing.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2", "--contract", "not-re2.json"], "--contract"),
         (["push", "--version", "v1", "--price", "2"], "MERCATO_EMAIL"),
+        (
+            ["push", "--version", "v1", "--price", "2", "--description", "x" * 10_001],
+            "--description",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path, args: list[str], named: str) -> None:
@@ -127,16 +131,32 @@ def test_push_creates_updates_and_submits_through_the_provider_api(
         push += ["--version", "v1", "--connection", connection, "--json"]
 
         contract.write_text(json.dumps({**CONTRACT, "requestSchema": {"type": "nope"}}))
-        refused = mercato(*push, "--price", "2", env=env)
+        # The listing is made before the draft is refused: its name and description with it.
+        described = ["--description", "Answers a tool's result.", "--display-name", "Acme Tool"]
+        refused = mercato(*push, "--price", "2", *described, env=env)
         assert refused.returncode == 1
         assert "INVALID_CONTRACT" in refused.stderr and "/requestSchema/type" in refused.stderr
 
         contract.write_text(json.dumps(CONTRACT))
         first = mercato(*push, "--price", "2", env=env)
         assert first.returncode == 0, first.stderr
+        assert first.stderr == ""  # no httpx request log lines (issue 41 item 5)
         assert json.loads(first.stdout)["state"] == "SUBMITTED"
-        again = mercato(*push, "--price", "2", env=env)  # nothing changed: stays submitted
+        listing = httpx.get(
+            serve.url + "/v1/provider/listings/acme.tool/versions",
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()
+        assert (listing["displayName"], listing["description"]) == (
+            "Acme Tool",
+            "Answers a tool's result.",
+        )
+        # Nothing changed: stays submitted; another description is not applied, and said so.
+        again = mercato(*push, "--price", "2", "--description", "Something else.", env=env)
         assert json.loads(again.stdout)["state"] == "SUBMITTED"
+        assert again.stderr.splitlines() == [
+            "note: acme.tool already exists; --description applies only when push creates the "
+            "listing, so it was not changed"
+        ]
         changed = mercato(*push, "--price", "3", env=env)  # an edit: back to DRAFT, resubmitted
         assert json.loads(changed.stdout)["state"] == "SUBMITTED"
         with reference_provider() as elsewhere:
@@ -173,7 +193,7 @@ def test_the_generated_test_judges_with_the_platforms_own_checks(tmp_path: Path)
     contract["resultSchema"]["properties"]["length"]["maximum"] = 3
     (project / "contract.json").write_text(json.dumps(contract))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "contract"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not nine"],
         cwd=project,
         env=env,
         capture_output=True,
@@ -186,3 +206,77 @@ def test_the_generated_test_judges_with_the_platforms_own_checks(tmp_path: Path)
     assert "/requestSchema/properties/text/pattern" in done.stdout
     assert "not an RE2 pattern" in done.stdout
     assert "/length" in done.stdout  # the handler's result for "hello" has length 5 > 3
+
+
+# Each drift: what is replaced in the generated provider.py, and what the failing test shows.
+DRIFTS = {
+    "a required result member dropped": (
+        'return Success({"text": text, "length": len(text)})',
+        'return Success({"text": text})',
+        "test_each_result_keeps_the_result_schema_and_size",
+        "'length' is a required property",
+    ),
+    "a result over responseMaxBytes": (
+        'return Success({"text": text, "length": len(text)})',
+        'return Success({"text": text * 20, "length": len(text)})',
+        "test_each_result_keeps_the_result_schema_and_size",
+        "the answer is over responseMaxBytes",
+    ),
+}
+
+
+def _run_generated_tests(project: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("drift", sorted(DRIFTS))
+def test_the_generated_test_catches_a_handler_that_drifts_from_its_contract(
+    tmp_path: Path, drift: str
+) -> None:
+    """Issue 41 item 3: a handler whose results break contract.json (a required member dropped,
+    an answer over responseMaxBytes) fails the generated test before its nine checks, which
+    pass: they alone would not catch it (decision 0555)."""
+    env = platform_env("sqlite:///unused.db", tmp_path)
+    project = tmp_path / "project"
+    assert mercato("provider", "init", str(project), env=env).returncode == 0
+    old, new, failing, reason = DRIFTS[drift]
+    source = (project / "provider.py").read_text()
+    assert old in source
+    (project / "provider.py").write_text(source.replace(old, new))
+    out = _run_generated_tests(project, env)
+    failed = [line for line in out.splitlines() if " FAILED" in line]
+    assert failed and all(failing in line for line in failed), out
+    assert reason in out, out
+    nine = out.index("test_the_nine_conformance_checks_pass PASSED")
+    assert out.index(failing) < nine  # judged against the contract first
+
+
+def test_the_generated_test_refuses_an_example_request_the_contract_refuses(
+    tmp_path: Path,
+) -> None:
+    """Issue 41 item 3: an example request that breaks contract.json's request schema fails the
+    generated test, naming the member, before the nine checks run."""
+    env = platform_env("sqlite:///unused.db", tmp_path)
+    project = tmp_path / "project"
+    assert mercato("provider", "init", str(project), env=env).returncode == 0
+    source = (project / "test_provider.py").read_text()
+    examples = '[{"text": "hello"}, '
+    assert examples in source
+    broken = source.replace(examples, '[{"text": "hello", "lang": "en"}, ')
+    (project / "test_provider.py").write_text(broken)
+    out = _run_generated_tests(project, env)
+    failed = [line for line in out.splitlines() if " FAILED" in line]
+    assert len(failed) == 1, out
+    assert "test_each_example_request_keeps_the_request_schema_and_size[payload0]" in failed[0]
+    assert "'lang' was unexpected" in out, out
+    assert out.index("FAILED") < out.index("test_the_nine_conformance_checks_pass")

@@ -5,8 +5,8 @@ terminal, and reaches the same schema either way."""
 from __future__ import annotations
 
 import gc
-import io
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +21,6 @@ from mercato.cli.commands_core import pending_revisions
 from mercato.cli.main import main
 from mercato.db.engine import make_engine
 from mercato.worker import loops
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def _point_at(monkeypatch: pytest.MonkeyPatch, db_url: str, data_dir: Path) -> None:
@@ -102,29 +97,36 @@ def empty_db_url(db_url: str, tmp_path: Path) -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
-def test_migrate_draws_a_bar_only_on_a_terminal_and_reaches_head(
-    terminal: bool,
+def test_migrate_says_each_migration_then_where_it_stands(
     empty_db_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Issue 41 item 5: one line per migration applied, in plain words; "migrated to <head>"
+    on an empty database and "already up to date" when nothing was left to do."""
     _point_at(monkeypatch, empty_db_url, tmp_path / "data")
-    screen = Terminal()
-    if terminal:
-        monkeypatch.setattr("sys.stderr", screen)
-
-    code, out, err = _run(capsys, "migrate")
-
-    assert code == 0 and out == "schema is up to date\n"
-    assert err == ""  # piped: nothing; on a terminal the bar went to the terminal
-    drawn = screen.getvalue()
-    assert ("migrating: " in drawn) is terminal
     engine = make_engine(empty_db_url)
     try:
-        assert pending_revisions(engine) == []  # every revision applied, either way
+        pending = pending_revisions(engine)
+        head = pending[-1].revision
+
+        code, out, err = _run(capsys, "migrate")
+
+        assert (code, err) == (0, "")
+        *applied, last = out.splitlines()
+        assert last == f"migrated to {head}"
+        assert [line.split(":")[0] for line in applied] == [
+            f"applied {revision.revision}" for revision in pending
+        ]
+        assert applied[0] == "applied 0001_accounts: Accounts, API keys, sessions"
+        assert not any(
+            re.search(r"decision|\b0\d{3}\b", line.split(": ", 1)[1]) for line in applied
+        )
+        assert pending_revisions(engine) == []
         with engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM accounts")).scalar_one() == 0
+
+        assert _run(capsys, "migrate") == (0, f"already up to date ({head})\n", "")
     finally:
         engine.dispose()

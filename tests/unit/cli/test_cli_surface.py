@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -185,3 +186,57 @@ def test_a_command_imports_only_its_own_module() -> None:
         "mercato.cli.commands_core",  # the runtime every admin command builds
     }
     assert not {m for m in imported if m.startswith(("mercato.web", "mercato.conformance"))}
+
+
+def _every_command_path() -> list[tuple[str, ...]]:
+    """Every command and group of `mercato`, as the argv that reaches it (the root is ())."""
+    paths: list[tuple[str, ...]] = []
+
+    def walk(group: click.Group, path: tuple[str, ...], ctx: click.Context) -> None:
+        for name in group.list_commands(ctx):
+            sub = group.get_command(ctx, name)
+            assert sub is not None, name
+            paths.append((*path, name))
+            if isinstance(sub, click.Group):
+                walk(sub, (*path, name), click.Context(sub, parent=ctx, info_name=name))
+
+    from mercato.cli.main import build_cli
+
+    root = build_cli()
+    walk(root, (), click.Context(root, info_name="mercato"))
+    return paths
+
+
+def test_every_help_is_whole_and_names_no_decision(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41 item 5: `--help` of every command shows no decision numbers, and every listing
+    shows each command's one-line description whole, on one line (click cuts at 45 columns)."""
+    monkeypatch.setenv("COLUMNS", "80")  # click's widest help; a narrower terminal wraps
+    from mercato.cli.framework import whole_short_help
+    from mercato.cli.main import build_cli
+
+    paths = _every_command_path()
+    assert len(paths) > 30
+    for path in [(), *paths]:
+        code, out, err = run(capsys, *path, "--help")
+        assert (code, err) == (0, ""), path
+        assert "decision" not in out.lower() and not re.search(r"\b0\d{3}\b", out), (path, out)
+        command: click.Command = build_cli()
+        ctx = click.Context(command, info_name="mercato")
+        for name in path:
+            assert isinstance(command, click.Group)
+            found = command.get_command(ctx, name)
+            assert found is not None
+            command, ctx = found, click.Context(found, parent=ctx, info_name=name)
+        if not isinstance(command, click.Group):
+            continue
+        listed = out[out.index("Commands:") :].splitlines()[1:]
+        names = command.list_commands(ctx)
+        assert len(listed) == len(names), (path, listed)  # one line per command: none wrapped
+        for line, name in zip(listed, names, strict=True):
+            sub = command.get_command(ctx, name)
+            assert sub is not None
+            description = whole_short_help(sub)
+            assert description and not description.endswith(("...", "…")), (path, name)
+            assert line.split() == [name, *description.split()], (path, line)

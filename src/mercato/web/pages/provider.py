@@ -367,6 +367,8 @@ def _version_context(session: Session, user: PageUser, version_id: str) -> dict[
         "earnings": queries.version_earnings(
             session, version_id=version.id, provider_id=user.account_id
         ),
+        "outcomes": queries.version_outcomes(session, version_id=version.id),
+        "recent_calls": queries.RECENT_CALLS,
     }
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from mercato.accounts.models import Account
 from mercato.catalog.models import Hold, Listing, Version
 from mercato.invocations.models import Invocation
+from mercato.invocations.schemas import public_status
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer
 from mercato.providers.models import ProviderConnection
 
@@ -127,6 +128,49 @@ def version_earnings(
         .limit(limit)
     ).all()
     return [EarningLine(*row) for row in rows]
+
+
+RECENT_CALLS = 100
+
+
+@dataclass(frozen=True)
+class OutcomeCount:
+    outcome: str  # SUCCEEDED, PENDING or FAILED
+    error_code: str | None  # a failure's code: the platform's, or the provider's own
+    defined: bool  # the provider answered this failure (its errorCode), not the platform
+    calls: int
+
+
+def version_outcomes(
+    session: Session, *, version_id: str, limit: int = RECENT_CALLS
+) -> list[OutcomeCount]:
+    """How a version's last `limit` calls ended, counted by outcome and error code.
+
+    Only counts: never who called or what was sent (decision 0556).
+    """
+    recent = (
+        select(
+            Invocation.state,
+            Invocation.error_code,
+            Invocation.provider_http_status.is_not(None).label("defined"),
+        )
+        .where(Invocation.version_id == version_id)
+        .order_by(Invocation.created_at.desc(), Invocation.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    rows = session.execute(
+        select(recent.c.state, recent.c.error_code, recent.c.defined, func.count()).group_by(
+            recent.c.state, recent.c.error_code, recent.c.defined
+        )
+    ).all()
+    counts: dict[tuple[str, str | None, bool], int] = {}
+    for state, error_code, defined, calls in rows:
+        outcome = public_status(state)
+        key = (outcome, error_code if outcome == "FAILED" else None, bool(defined))
+        counts[key] = counts.get(key, 0) + int(calls)
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or ""))
+    return [OutcomeCount(o, code, defined, calls) for (o, code, defined), calls in ordered]
 
 
 def review_queue(session: Session) -> list[tuple[Listing, Version]]:
