@@ -20,8 +20,8 @@ sync code and run on a thread (`asyncio.to_thread`), never on the loop.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -126,35 +126,41 @@ class Slots:
     def __init__(self, runtime: Runtime, size: int) -> None:
         self.runtime = runtime
         self.size = size
-        self.running: set[asyncio.Task[None]] = set()
-        self.held: dict[str, int] = {}
-        """Steps in flight per connection."""
+        self.running: dict[asyncio.Task[None], str] = {}
+        """The steps started and not yet seen done, each with its connection."""
 
     def share(self, connection_id: str) -> int:
         """The most steps `connection_id` may start up to: alone, the lane but a quarter of it
         (at least one seat) kept for others; beside others holding steps, an equal split. A
         connection over its share starts nothing until it is under it again, so the slots
         its steps give back go to the others (decision 0513)."""
-        others = len(self.held) - (1 if connection_id in self.held else 0)
+        return self._share(connection_id, self.held)
+
+    def _share(self, connection_id: str, held: dict[str, int]) -> int:
+        others = len(held) - (1 if connection_id in held else 0)
         if others == 0:
             return max(1, self.size - max(1, self.size // 4))
         return max(1, self.size // (others + 1))
 
     def _full(self) -> frozenset[str]:
-        return frozenset(c for c, n in self.held.items() if n >= self.share(c))
+        held = self.held
+        return frozenset(c for c, n in held.items() if n >= self._share(c, held))
 
-    def _ended(self, connection_id: str, _task: object = None) -> None:
-        left = self.held.get(connection_id, 0) - 1
-        if left > 0:
-            self.held[connection_id] = left
-        else:
-            self.held.pop(connection_id, None)
+    @property
+    def held(self) -> dict[str, int]:
+        """Steps in flight now per connection. Counted from the tasks themselves, as `busy`
+        is: a step that is done is neither busy nor held, even before its done callbacks
+        have run (they run a loop turn later)."""
+        return dict(Counter(self._live().values()))
+
+    def _live(self) -> dict[asyncio.Task[None], str]:
+        self.running = {task: c for task, c in self.running.items() if not task.done()}
+        return self.running
 
     @property
     def busy(self) -> int:
         """Steps in flight now."""
-        self.running = {task for task in self.running if not task.done()}
-        return len(self.running)
+        return len(self._live())
 
     @property
     def free(self) -> int:
@@ -173,28 +179,36 @@ class Slots:
                 return started, False
             owner = self.runtime.ids.new("lease")
             skip = self._full()
+            in_flight = list(self.running)
             claimed = await _claim_due(self.runtime, kind, owner, want, skip)
             over: list[str] = []
+            held = self.held
             for row in claimed:
                 connection_id = row[2]
-                if self.held.get(connection_id, 0) >= self.share(connection_id):
+                if held.get(connection_id, 0) >= self._share(connection_id, held):
                     over.append(row[0])  # past its share: due again at once
                     continue
-                self.held[connection_id] = self.held.get(connection_id, 0) + 1
+                held[connection_id] = held.get(connection_id, 0) + 1
                 task = asyncio.create_task(_work(self.runtime, kind, row, owner), name=kind.name)
-                task.add_done_callback(functools.partial(self._ended, connection_id))
-                self.running.add(task)
+                self.running[task] = connection_id
             started += len(claimed) - len(over)
-            if not over:
-                # Fewer than asked: all that was due, unless some connections were skipped.
-                return started, len(claimed) < want and not skip
-            await _unclaim(self.runtime, over, owner)  # its connection is full now: skipped
+            if over:
+                await _unclaim(self.runtime, over, owner)  # its connection is full now: skipped
+                continue
+            if len(claimed) < want and skip and any(task.done() for task in in_flight):
+                # A step ended while the claim ran: a connection it skipped as full may have
+                # room now, and nothing else would wake the caller for its rows (a caller
+                # that waits for "a step to end" would wait for one that has ended already,
+                # perhaps behind a hung provider's step alone). Claim again now.
+                continue
+            # Fewer than asked: all that was due, unless some connections were skipped.
+            return started, len(claimed) < want and not skip
 
     async def wait_one(
         self, also: asyncio.Future[Any] | None = None, timeout: float | None = None
     ) -> None:
         """Until a step in flight ends (or `also` does, or `timeout` seconds pass)."""
-        waiting: set[asyncio.Future[Any]] = set(self.running)
+        waiting: set[asyncio.Future[Any]] = set(self._live())
         if also is not None:
             waiting.add(also)
         if waiting:
@@ -203,7 +217,7 @@ class Slots:
     async def finish(self) -> None:
         """Until every step in flight has ended (each is bounded by its own timeouts)."""
         if self.running:
-            await asyncio.wait(self.running)
+            await asyncio.wait(list(self.running))
         self.running.clear()
 
 

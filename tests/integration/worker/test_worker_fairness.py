@@ -4,6 +4,7 @@ calls to reconcile never holds every slot, so another connection's calls settle 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,10 @@ from builders.invocations import Act, ScriptedProvider, envelope, scripted_provi
 from builders.platform_process import wait_for
 from builders.worker_world import add_service, grant
 from mercato.catalog import service as catalog
+from mercato.db.runtime import Runtime
+from mercato.invocations import flows
 from mercato.invocations.models import Invocation
+from mercato.invocations.schemas import State
 from mercato.providers import service as providers
 from mercato.worker import loops
 
@@ -96,18 +100,29 @@ def test_a_hung_provider_never_holds_every_slot_of_a_lane(world: World) -> None:
     assert world.ledger_balanced()
 
 
+def _connection_of(world: World, service: str) -> str:
+    with world.runtime.db.read() as session:
+        version = catalog.get_invocable_version(session, service_code=service, version="v1")
+        return version.connection_id
+
+
+def _bound(world: World, service: str, max_in_flight: int) -> None:
+    """Give `service`'s connection its own bulkhead bound."""
+    with world.runtime.db.transaction() as session:
+        version = catalog.get_invocable_version(session, service_code=service, version="v1")
+        providers.set_max_in_flight(
+            session,
+            connection_id=version.connection_id,
+            max_in_flight=max_in_flight,
+            settings=world.runtime.settings,
+            now=world.clock.now(),
+        )
+
+
 def test_worker_steps_keep_within_the_connection_bulkhead(world: World) -> None:
     with scripted_provider() as hung:
         add_service(world, hung, HUNG)
-        with world.runtime.db.transaction() as session:
-            version = catalog.get_invocable_version(session, service_code=HUNG, version="v1")
-            providers.set_max_in_flight(
-                session,
-                connection_id=version.connection_id,
-                max_in_flight=1,
-                settings=world.runtime.settings,
-                now=world.clock.now(),
-            )
+        _bound(world, HUNG, 1)
         stuck = _unknown_calls(world, hung, HUNG, LANE)
         world.clock.advance(1)
         fast = _unknown_calls(world, world.provider, SERVICE, LANE)
@@ -132,4 +147,78 @@ def test_worker_steps_keep_within_the_connection_bulkhead(world: World) -> None:
             gate.set()
             pass_.join(60)
     assert world.runtime.slots.in_flight() == 0
+    assert world.ledger_balanced()
+
+
+def test_a_claim_that_skipped_a_connection_whose_steps_ended_meanwhile_claims_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving a loaded machine produces by chance, made to happen: a claim skips the
+    fast connection (at its share of the lane) and its steps all end while that claim runs;
+    the claim finds nothing else due. The pass must claim the fast connection's other rows
+    at once, not wait for "a step to end" when the only step left is the hung provider's."""
+    with scripted_provider() as hung:
+        add_service(world, hung, HUNG)
+        _bound(world, HUNG, 1)  # of its two calls, one hangs and the other is put back
+        stuck = _unknown_calls(world, hung, HUNG, 2)
+        world.clock.advance(1)
+        fast = _unknown_calls(world, world.provider, SERVICE, LANE)
+        gate = threading.Event()  # the hung provider answers once every fast call is worked
+        _hang(hung, len(stuck), gate)
+        world.clock.advance(3600)
+        fast_connection = _connection_of(world, SERVICE)
+        events: list[str] = []
+
+        async def pass_() -> int:
+            released = asyncio.Event()  # the fast steps start reconciling
+            idle = asyncio.Event()  # no fast step in flight
+            running = 0
+            worked: list[str] = []
+
+            async def step(runtime: Runtime, invocation_id: str, owner: str) -> None:
+                nonlocal running
+                if invocation_id not in fast:
+                    await flows.reconcile(runtime, invocation_id, owner)
+                    if hung.reconciliations[world.provider_key(invocation_id)]:
+                        events.append("hung step ended")  # not the one put back
+                    return
+                running += 1
+                idle.clear()
+                await released.wait()
+                await flows.reconcile(runtime, invocation_id, owner)
+                worked.append(invocation_id)
+                events.append(f"fast {len(worked)} worked")
+                running -= 1
+                if not running:
+                    idle.set()
+                if len(worked) == len(fast):
+                    gate.set()
+
+            claim = loops._claim_due
+
+            async def claim_then(
+                runtime: Runtime,
+                kind: loops.Claiming,
+                owner: str,
+                limit: int,
+                skip: frozenset[str],
+            ) -> list[tuple[str, str | None, str]]:
+                if fast_connection in skip and not released.is_set():
+                    released.set()
+                    await idle.wait()  # the skipped connection's steps end during this claim
+                return await claim(runtime, kind, owner, limit, skip)
+
+            monkeypatch.setattr(loops, "_claim_due", claim_then)
+            kind = loops.Claiming("reconcile", (State.RECONCILING,), step)
+            return await loops.drain(world.runtime, kind, LANE)
+
+        try:
+            worked = run_on_fresh_loop(pass_())
+        finally:
+            gate.set()
+    # Every fast call was worked while the hung provider still held its step (without the
+    # fix, the pass waited on that step alone until the provider gave up its hold).
+    assert events.index(f"fast {len(fast)} worked") < events.index("hung step ended")
+    assert worked == len(stuck) + len(fast)
+    assert _settled(world, fast)
     assert world.ledger_balanced()
