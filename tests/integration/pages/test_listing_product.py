@@ -5,6 +5,7 @@ details"; cards, the header balance, the sign-up notice and a history of calls, 
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,10 @@ from sqlalchemy import select
 
 from builders.catalog import facts
 from builders.invocation_world import CONTRACT, SERVICE, World, running_world
-from builders.invocations import ScriptedProvider, defined
-from builders.pages import Browser
+from builders.invocations import CREDENTIAL, ScriptedProvider, defined
+from builders.pages import Browser, field_error
 from mercato.catalog import service as catalog
+from mercato.catalog.models import Listing, Version
 from mercato.providers.models import ProviderConnection
 
 EXAMPLE = {"request": {"n": 2}, "result": {"echo": {"n": 2}}}
@@ -154,3 +156,42 @@ def test_a_person_cannot_make_the_sign_up_notice_say_anything_but_a_number(
 ) -> None:
     page = Browser(world).get("/?notice=signed-up&points=<b>9</b>").text
     assert "<b>9</b>" not in page and "Welcome! Your account is ready." in page
+
+
+def test_the_provider_names_its_publisher_and_sets_an_example_on_its_pages(
+    world: World, person: Browser
+) -> None:
+    person.get("/provider")
+    made = person.post(
+        "/provider/listings",
+        {"service_code": "acme.web-echo", "display_name": "Web echo", "description": "Echoes."},
+    )
+    assert made.status_code == 303
+    person.get("/provider/listings/acme.web-echo")
+    path = "/provider/listings/acme.web-echo/publisher"
+    too_long = person.post(path, {"publisher_name": "x" * 101})
+    assert too_long.status_code == 400 and "at most 100" in field_error(too_long, "publisher_name")
+    named = person.post(path, {"publisher_name": "Acme"})
+    assert named.status_code == 303
+    assert 'value="Acme"' in person.get("/provider/listings/acme.web-echo").text
+    done = person.post(
+        "/provider/connections",
+        {"name": "echo-1", "base_url": world.provider.url, "credential": CREDENTIAL},
+    )
+    connection_id = done.headers["location"].split("?")[0].rsplit("/", 1)[1]
+    form = {"connection_id": connection_id, "price": "5", "contract": json.dumps(CONTRACT)}
+    drafted = person.post("/provider/listings/acme.web-echo/drafts", {**form, "version": "v1"})
+    version_url = drafted.headers["location"].split("?")[0]
+    person.get(version_url)
+    wrong = [{"request": {"n": 1}, "result": {"no_echo": True}}]  # the schema requires "echo"
+    refused = person.post(version_url, {**form, "examples": json.dumps(wrong)})
+    assert refused.status_code == 400 and "/examples/0/result" in field_error(refused, "examples")
+    assert "no_echo" in html.unescape(refused.text)  # the text the provider wrote stays
+    hostile = [{"request": {"n": 1}, "result": {"echo": "<script>alert(1)</script>"}}]
+    assert person.post(version_url, {**form, "examples": json.dumps(hostile)}).status_code == 303
+    with world.runtime.db.read() as session:
+        listing_id = select(Listing.id).where(Listing.service_code == "acme.web-echo")
+        stored = session.scalar(select(Version.examples).where(Version.listing_id.in_(listing_id)))
+    assert stored == hostile
+    page = person.get(version_url).text
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page

@@ -339,6 +339,7 @@ NOTICES = {
     "connection-unchanged": "Nothing changed.",
     "check-ran": "The conformance check has run.",
     "listing-created": "Listing created. Add a draft version next.",
+    "publisher-named": "Publisher name saved; callers see it on the listing and its card.",
     "draft-created": "Draft version created.",
     "draft-saved": "Draft saved.",
     "submitted": "Submitted for review with your connection's latest conformance run.",
