@@ -115,7 +115,7 @@ def test_history_is_one_line_per_call_with_its_ledger_entries_one_click_away(
     assert 'header-balance"' in page and "<strong>90 points</strong>" in page
     lines = re.findall(r'<tr class="history-call">.*?</details></td>', table, re.S)
     failed, settled = lines
-    assert "failed: nothing spent" in failed and ">+0<" in failed
+    assert "failed: nothing spent" in failed and ">0<" in failed
     assert "10 points spent" in settled and ">-10<" in settled
     # Each line folds its ledger entries: reserve + release (two legs each), reserve + the
     # settle's debit of the caller's reserved points (the other legs are not the caller's).

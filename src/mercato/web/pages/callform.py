@@ -336,7 +336,7 @@ def client_code(base_url: str, service_code: str, version: str, body: Any) -> st
             f"        {json.dumps(service_code)},",
             f"        {json.dumps(version)},",
             f"        {python_literal(body)},",
-            "        idempotency_key=str(uuid.uuid4()),  # one per call; reuse it to retry",
+            "        idempotency_key=str(uuid.uuid4()),  # new per run",
             "    )",
             "    print(call.invocation_id, call.result)",
         ]

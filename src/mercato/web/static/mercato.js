@@ -73,7 +73,7 @@ document.addEventListener("click", function (event) {
       "        " + JSON.stringify(service) + ",",
       "        " + JSON.stringify(version) + ",",
       "        " + py(body) + ",",
-      "        idempotency_key=str(uuid.uuid4()),  # one per call; reuse it to retry",
+      "        idempotency_key=str(uuid.uuid4()),  # new per run",
       "    )",
       "    print(call.invocation_id, call.result)"
     ].join("\n");
