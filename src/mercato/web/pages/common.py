@@ -278,7 +278,8 @@ def render(
     user = context["user"] = current_user(request)
     context["csrf_token"] = csrf_token(request)
     context["notice"] = _notice(request)
-    if user is not None and "header_balance" not in context:
+    # A server-side failure's page reads nothing more: the store may be what failed.
+    if user is not None and "header_balance" not in context and status < 500:
         with runtime_of(request).db.read() as session:
             context["header_balance"] = ledger.balances(session, account_id=user.account_id)
     response = TEMPLATES.TemplateResponse(request, template, context, status_code=status)
