@@ -34,25 +34,6 @@ class LedgerLine:
     memo: str
 
 
-def ledger_history(session: Session, *, account_id: str, limit: int = 50) -> list[LedgerLine]:
-    """The account's ledger entries, newest first (the platform's own legs are not shown)."""
-    rows = session.execute(
-        select(
-            LedgerTransfer.created_at,
-            LedgerTransfer.kind,
-            LedgerAccount.kind,
-            LedgerEntry.amount,
-            LedgerTransfer.memo,
-        )
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .where(LedgerAccount.owner == account_id, LedgerAccount.kind.in_(_SHOWN_KINDS))
-        .order_by(LedgerTransfer.created_at.desc(), LedgerEntry.id.desc())
-        .limit(limit)
-    ).all()
-    return [LedgerLine(*row) for row in rows]
-
-
 def connections_of(session: Session, *, owner_id: str | None) -> list[ProviderConnection]:
     """Connections, newest first; `owner_id=None` lists everyone's (staff)."""
     query = select(ProviderConnection).order_by(ProviderConnection.created_at.desc())
