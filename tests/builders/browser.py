@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from builders.platform_process import mercato
-from mercato.catalog.examples import example_contract
+from mercato.catalog.examples import daily_ranking_examples, example_contract
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -47,8 +47,11 @@ class Platform:
         return result
 
 
-def publish_ranking(platform: Platform, ranking_url: str) -> None:
-    """The operator path: connection, check, approval and publication of v1."""
+def publish_ranking(
+    platform: Platform, ranking_url: str, *, publisher: str | None = None, examples: bool = False
+) -> None:
+    """The operator path: connection, check, approval and publication of v1 (with the demo's
+    example and a publisher name when asked)."""
     added = platform.cli(
         "admin",
         "add-connection",
@@ -82,7 +85,15 @@ def publish_ranking(platform: Platform, ranking_url: str) -> None:
         str(contract),
         "--description",
         "Snapshots of three daily charts, with thumbnails.",
+        *(["--publisher", publisher] if publisher is not None else []),
+        *(["--examples", str(_examples_file(platform))] if examples else []),
     )
+
+
+def _examples_file(platform: Platform) -> Path:
+    path = platform.tmp / "examples.json"
+    path.write_text(json.dumps(daily_ranking_examples()), encoding="utf-8")
+    return path
 
 
 def screenshot(page: Any, name: str) -> Path:

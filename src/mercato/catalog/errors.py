@@ -119,3 +119,8 @@ class SelfReviewForbidden(Forbidden):
 class InvalidReviewReason(ValidationFailed):
     code = "INVALID_REVIEW_REASON"
     title = "A reason is required"
+
+
+class InvalidExample(ValidationFailed):
+    code = "INVALID_EXAMPLE"
+    title = "The version's example does not match its contract"

@@ -46,6 +46,8 @@ class Listing(Base):
     service_code: Mapped[str] = mapped_column(String(100), unique=True)
     display_name: Mapped[str] = mapped_column(String(200))
     description: Mapped[str] = mapped_column(Text)
+    # The name the provider publishes under (decision 0560); None: not named yet.
+    publisher_name: Mapped[str | None] = mapped_column(String(100))
     owner_id: Mapped[str] = mapped_column(String(40), ForeignKey("accounts.id"), index=True)
     provider_share_bps: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
@@ -81,6 +83,8 @@ class Version(Base):
     contract: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
     contract_digest: Mapped[str] = mapped_column(String(64))
     has_artifact_contract: Mapped[bool] = mapped_column(Boolean)
+    # [{"request", "result"}] the provider supplies beside the contract (decision 0561).
+    examples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDocument)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     published_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -34,6 +34,7 @@ from mercato.catalog.holds import (
     release_hold,
 )
 from mercato.catalog.models import DRAFT, PUBLISHED, Listing, Version
+from mercato.catalog.samples import check_examples
 from mercato.catalog.schemas import ConnectionFacts, InvocableVersion, PublishResult
 from mercato.catalog.search import match_clause
 from mercato.core.errors import ValidationFailed
@@ -93,10 +94,12 @@ def create_listing(
     owner_id: str,
     provider_share_bps: int = DEFAULT_PROVIDER_SHARE_BPS,
     now: dt.datetime,
+    publisher_name: str | None = None,
 ) -> Listing:
     """Create a listing owned by a provider account; the service code is taken for ever."""
     check_service_code(service_code)
     _check_listing_fields(display_name, description, provider_share_bps)
+    publisher_name = check_publisher_name(publisher_name)
     if _find_listing(session, service_code) is not None:
         raise ServiceCodeTaken(f"The service code {service_code} is already taken.")
     listing = Listing(
@@ -104,6 +107,7 @@ def create_listing(
         service_code=service_code,
         display_name=display_name,
         description=description,
+        publisher_name=publisher_name,
         owner_id=owner_id,
         provider_share_bps=provider_share_bps,
         created_at=now,
@@ -138,6 +142,24 @@ def _check_listing_fields(display_name: str, description: str, share_bps: int) -
         raise InvalidListing("The provider share is 0 to 10000 basis points.")
 
 
+def check_publisher_name(name: str | None) -> str | None:
+    """The publisher's name as shown to callers: 1-100 characters, trimmed; None or blank: none."""
+    if name is None or not name.strip():
+        return None
+    name = " ".join(name.split())
+    if len(name) > 100:
+        raise InvalidListing("The publisher name must be at most 100 characters.")
+    return name
+
+
+def set_publisher_name(session: Session, *, listing_id: str, publisher_name: str | None) -> Listing:
+    """Name (or un-name, with None) the publisher a listing is shown under."""
+    listing = _listing_by_id(session, listing_id)
+    listing.publisher_name = check_publisher_name(publisher_name)
+    session.flush()
+    return listing
+
+
 # --- versions ---------------------------------------------------------------------------
 
 
@@ -152,6 +174,7 @@ def create_draft(
     now: dt.datetime,
     role: str = "operator",
     actor_id: str | None = None,
+    examples: Any = None,
 ) -> Version:
     """Create a DRAFT version; its number is taken for ever, whatever happens to the draft."""
     listing = _listing_by_id(session, listing_id)
@@ -159,6 +182,7 @@ def create_draft(
     _check_price(price)
     _check_connection_owner(listing, connection)
     built = build_contract(contract, service_code=listing.service_code, version=version)
+    checked_examples = check_examples(examples, built.document)
     taken = select(Version.id).where(Version.listing_id == listing.id, Version.number == number)
     if session.scalars(taken).first() is not None:
         raise VersionNumberTaken(f"{listing.service_code} {version} already exists.")
@@ -171,6 +195,7 @@ def create_draft(
         display_name=listing.display_name,
         connection_id=connection.connection_id,
         price=price,
+        examples=checked_examples,
         created_at=now,
         updated_at=now,
         published_at=None,
@@ -206,14 +231,15 @@ def update_draft(
     now: dt.datetime,
     role: str = "operator",
     actor_id: str | None = None,
+    examples: Any = None,
 ) -> Version:
-    """Change an unpublished version's connection, price or contract; a real change after
+    """Change an unpublished version's connection, price, contract or examples; a real change after
     submission returns it to DRAFT. A published version refuses."""
     row = _version_for_update(session, version_id)
     if row.state == PUBLISHED:
         raise VersionImmutable(f"{row.label} is published and cannot change.")
     listing = _listing_by_id(session, row.listing_id)
-    before = (row.connection_id, row.price, row.contract)
+    before = (row.connection_id, row.price, row.contract, row.examples)
     if connection is not None:
         _check_connection_owner(listing, connection)
         row.connection_id = connection.connection_id
@@ -224,7 +250,11 @@ def update_draft(
         _apply_contract(
             row, build_contract(contract, service_code=listing.service_code, version=row.label)
         )
-    if before == (row.connection_id, row.price, row.contract):
+    if examples is not None:
+        row.examples = check_examples(examples, row.contract)
+    elif contract is not None and row.examples is not None:
+        row.examples = check_examples(row.examples, row.contract)  # still true of the new one?
+    if before == (row.connection_id, row.price, row.contract, row.examples):
         return row  # nothing changed: a submitted version stays where it is
     if row.state != DRAFT:
         lifecycle.record(
@@ -294,11 +324,14 @@ def publish(
     now: dt.datetime,
     description: str | None = None,
     provider_share_bps: int | None = None,
+    examples: Any = None,
+    publisher_name: str | None = None,
 ) -> PublishResult:
     """Create the listing if needed, draft the version and publish it, in one step.
 
     Re-publishing an identical version (display name, connection, price and contract) is a
-    no-op success; any difference is refused with VERSION_IMMUTABLE.
+    no-op success; any difference is refused with VERSION_IMMUTABLE. A `publisher_name` given
+    names the listing's publisher (None keeps the one it has).
     """
     parse_version_label(version)  # refuse a bad label before anything is written
     listing = _find_listing(session, service_code)
@@ -313,7 +346,11 @@ def publish(
                 DEFAULT_PROVIDER_SHARE_BPS if provider_share_bps is None else provider_share_bps
             ),
             now=now,
+            publisher_name=publisher_name,
         )
+    elif publisher_name is not None:
+        _check_connection_owner(listing, connection)
+        listing.publisher_name = check_publisher_name(publisher_name)
     existing = _version_by_label(session, listing.id, version)
     if existing is not None and existing.state == PUBLISHED:
         built = build_contract(contract, service_code=service_code, version=version)
@@ -332,6 +369,7 @@ def publish(
             price=price,
             contract=contract,
             now=now,
+            examples=examples,
         )
     else:
         draft = update_draft(
@@ -341,6 +379,7 @@ def publish(
             price=price,
             contract=contract,
             now=now,
+            examples=examples,
         )
     published = publish_version(session, version_id=draft.id, connection=connection, now=now)
     return PublishResult(listing=listing, version=published, created=True)

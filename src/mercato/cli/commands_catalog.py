@@ -13,6 +13,7 @@ from mercato.catalog import service as catalog
 from mercato.catalog.errors import (
     HoldNotFound,
     InvalidContract,
+    InvalidExample,
     InvalidListing,
     InvalidPrice,
     InvalidServiceCode,
@@ -52,6 +53,23 @@ def read_contract(path: Path) -> Any:
         raise InvalidContract(f"The contract file {path} is not JSON: {exc}.") from exc
 
 
+def read_examples(path: Path | None) -> Any:
+    """Read the examples file (JSON: [{"request", "result"}]) the operator gave, if any."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as file:
+            raw = file.read(CONTRACT_FILE_MAX + 1)
+    except OSError as exc:
+        raise InvalidExample(f"Cannot read the examples file {path}: {exc.strerror}.") from exc
+    if len(raw) > CONTRACT_FILE_MAX:
+        raise InvalidExample(f"The examples file {path} is over {CONTRACT_FILE_MAX} bytes.")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeError) as exc:
+        raise InvalidExample(f"The examples file {path} is not JSON: {exc}.") from exc
+
+
 def connection_facts(session: Session, *, connection_id: str) -> catalog.ConnectionFacts:
     """Read what the catalog needs about a connection from the providers domain."""
     # Imported here: the catalog may not import its sibling, so the edge brings the facts.
@@ -66,6 +84,8 @@ def connection_facts(session: Session, *, connection_id: str) -> catalog.Connect
 
 
 def _listing_argument(error: MercatoError) -> str:
+    if "publisher" in error.message:
+        return "--publisher"
     return "--description" if "description" in error.message else "--display-name"
 
 
@@ -73,6 +93,7 @@ def _listing_argument(error: MercatoError) -> str:
 # approved, a published version that differs, a taken code) stays a domain error (exit 1).
 _PUBLISH_ERRORS: dict[type[MercatoError], Naming] = {
     InvalidContract: "--contract",
+    InvalidExample: "--examples",
     ConnectionNotFound: "--connection",
     InvalidServiceCode: "--service-code",
     InvalidVersionLabel: "--version",
@@ -93,6 +114,12 @@ _PUBLISH_ERRORS: dict[type[MercatoError], Naming] = {
     "--contract", required=True, type=click.Path(path_type=Path), help="contract JSON file"
 )
 @click.option("--description", help="listing description")
+@click.option("--publisher", help="the name callers see the listing published under")
+@click.option(
+    "--examples",
+    type=click.Path(path_type=Path),
+    help='JSON file: [{"request", "result"}], each matching the contract',
+)
 @click.option(
     "--provider-share-bps",
     type=WholeNumber(0, 10_000),
@@ -108,11 +135,14 @@ def cmd_publish(
     price: int,
     contract: Path,
     description: str | None,
+    publisher: str | None,
+    examples: Path | None,
     provider_share_bps: int | None,
     as_json: bool,
 ) -> int:
     with argument_errors(_PUBLISH_ERRORS):
         document = read_contract(contract)
+        example_list = read_examples(examples)
     runtime = runtime_from_env()
     with argument_errors(_PUBLISH_ERRORS), runtime.db.transaction() as session:
         result = catalog.publish(
@@ -125,6 +155,8 @@ def cmd_publish(
             contract=document,
             description=description,
             provider_share_bps=provider_share_bps,
+            examples=example_list,
+            publisher_name=publisher,
             now=runtime.clock.now(),
         )
         data = {

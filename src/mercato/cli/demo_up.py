@@ -37,7 +37,7 @@ from sqlalchemy import select
 from mercato.accounts import service as accounts
 from mercato.catalog import service as catalog
 from mercato.catalog.errors import VersionImmutable
-from mercato.catalog.examples import example_contract
+from mercato.catalog.examples import daily_ranking_examples, example_contract
 from mercato.cli import demo_lock
 from mercato.cli.commands_catalog import connection_facts
 from mercato.cli.commands_core import runtime_from_env
@@ -54,6 +54,8 @@ SERVICE_CODE = "pixiv.daily-ranking"
 VERSION = "v1"
 PRICE = 10
 DISPLAY_NAME = "pixiv daily ranking"
+# The platform runs the example itself, and says so the way any provider names itself (spec 1.2).
+PUBLISHER_NAME = "Mercato (run by the platform)"
 DESCRIPTION = (
     "pixiv's daily overall, illustration and manga charts from immutable snapshots, with "
     "thumbnails delivered as artifacts."
@@ -347,6 +349,8 @@ def connect_provider(
                 price=PRICE,
                 contract=example_contract(),
                 description=DESCRIPTION,
+                examples=daily_ranking_examples(),
+                publisher_name=PUBLISHER_NAME,
                 now=runtime.clock.now(),
             )
             created = published.created

@@ -169,3 +169,34 @@ def test_cli_publication_is_served_over_http(
     assert response.json()["contractDigest"] == published["contractDigest"]
     assert response.headers["etag"] == f'"{published["contractDigest"]}"'
     assert httpx.get(url, headers={"If-None-Match": response.headers["etag"]}).status_code == 304
+
+
+def test_publish_names_the_publisher_and_keeps_only_an_example_the_contract_accepts(
+    runtime: Runtime, env: dict[str, str], tmp_path: Path
+) -> None:
+    from mercato.catalog.examples import daily_ranking_examples
+    from mercato.catalog.models import Listing, Version
+
+    _, connection_id = make_provider(runtime)
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(example_contract()))
+    examples = tmp_path / "examples.json"
+    examples.write_text(json.dumps([{"request": {"limit": 3}, "result": {"chart": "illust"}}]))
+    refused = mercato(env, *publish_args(connection_id, contract, "--examples", str(examples)))
+    assert refused.returncode == 2 and "--examples" in refused.stderr
+    assert "/examples/0/request" in refused.stderr and "chart" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    examples.write_text("[not json")
+    unreadable = mercato(env, *publish_args(connection_id, contract, "--examples", str(examples)))
+    assert unreadable.returncode == 2 and "--examples" in unreadable.stderr
+    with runtime.db.read() as session:
+        assert session.query(Version).count() == 0  # nothing written by either refusal
+
+    examples.write_text(json.dumps(daily_ranking_examples()))
+    extra = ("--examples", str(examples), "--publisher", "Ranking Co")
+    assert mercato(env, *publish_args(connection_id, contract, *extra)).returncode == 0
+    with runtime.db.read() as session:
+        version = session.query(Version).one()
+        listing = session.query(Listing).one()
+        assert version.examples == daily_ranking_examples()
+        assert listing.publisher_name == "Ranking Co"

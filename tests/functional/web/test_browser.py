@@ -73,6 +73,7 @@ def test_a_caller_calls_sees_thumbnails_manages_keys_and_gets_a_refund(
     screenshot(page, "catalog")
     page.get_by_role("link", name="Daily ranking").click()
     assert page.title() == "Daily ranking v1 · Mercato"
+    page.get_by_text("Technical details").click()  # the contract is folded (decision 0561)
     page.get_by_text("Contract digest").wait_for()
     screenshot(page, "listing")
     page.get_by_text("JSON mode (for experts)").click()  # the expert's way

@@ -108,7 +108,9 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         page.get_by_label("Email").fill(CALLER)
         page.get_by_label("Password (at least 8 characters)").fill(PASSWORD)
         page.get_by_role("button", name="Create account").click()
-        page.get_by_text("Welcome! Your account is ready.").wait_for()
+        page.get_by_text(
+            "Welcome! Your account is ready, and 20 points arrived to spend."
+        ).wait_for()
         page.goto(f"{base}/account")
         assert page.locator("#balance-available").inner_text() == "20"  # MERCATO_SIGNUP_POINTS
         assert "(sign-up)" in page.locator("#main").inner_text()

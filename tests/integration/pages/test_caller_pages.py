@@ -13,7 +13,10 @@ from mercato.ledger import service as ledger
 def test_catalog_lists_and_searches_public_listings(world: World, person: Browser) -> None:
     page = person.get("/")
     assert page.status_code == 200 and title(page) == "Catalog · Mercato"
-    assert f'href="/listings/{SERVICE}"' in page.text and "v1 · 10 points" in page.text
+    assert (
+        f'href="/listings/{SERVICE}"' in page.text
+        and "<strong>10 points</strong> per call" in page.text
+    )
     assert f'href="/listings/{SERVICE}"' in person.get("/?q=echo").text
     assert f'href="/listings/{SERVICE}"' not in person.get("/?q=nothing-like-it").text
     assert '<label for="f-q">' in page.text
@@ -219,7 +222,9 @@ def test_api_key_is_shown_once_listed_and_revoked_with_confirmation(
     created = person.post("/account/api-keys", {"name": "build server"})
     assert created.status_code == 201
     found = re.search(
-        r'id="new-key" class="mono" readonly value="(mercato_live_[0-9A-Za-z]+)"', created.text
+        r'id="new-key" type="text" class="mono key" readonly spellcheck="false" '
+        r'autocomplete="off" value="(mercato_live_[0-9A-Za-z]+)"',
+        created.text,
     )
     assert found and 'data-copy="new-key"' in created.text
     api_key = found.group(1)

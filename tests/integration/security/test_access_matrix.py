@@ -88,6 +88,9 @@ API: dict[tuple[str, str], Entry] = {
     ("post", "/v1/provider/listings"): Entry(
         "session", body={"serviceCode": "acme.matrix", "displayName": "M"}
     ),
+    ("put", "/v1/provider/listings/{service_code}"): Entry(
+        "session", "provider", body={"publisherName": "Matrix"}
+    ),
     ("get", "/v1/provider/listings/{service_code}/versions"): _PROVIDER_SESSION,
     ("post", "/v1/provider/listings/{service_code}/versions"): Entry(
         "session",
@@ -126,6 +129,7 @@ PAGES: dict[tuple[str, str], Entry] = {
     ("post", "/provider/connections/{connection_id}/check"): _PAGE_PROVIDER,
     ("get", "/provider/listings/{service_code}"): _PAGE_PROVIDER,
     ("post", "/provider/listings/{service_code}/drafts"): _PAGE_PROVIDER,
+    ("post", "/provider/listings/{service_code}/publisher"): _PAGE_PROVIDER,
     ("get", "/provider/versions/{version_id}"): _PAGE_PROVIDER,
     ("post", "/provider/versions/{version_id}"): _PAGE_PROVIDER,
     ("post", "/provider/versions/{version_id}/submit"): _PAGE_PROVIDER,

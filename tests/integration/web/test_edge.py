@@ -126,6 +126,7 @@ def _plausible_body(security: SecurityWorld) -> dict[str, Any]:
         "credential": "a-credential-0123456789",
         "displayName": "A listing",
         "description": "Described.",
+        "publisherName": "A publisher",
         "connectionId": security.connection_id,
     }
 

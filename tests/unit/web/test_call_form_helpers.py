@@ -94,7 +94,7 @@ def test_the_copies_quote_for_bash_and_write_python_literals() -> None:
     curl = callform.curl_line("http://h:1/", "a.b", "v2", "k-1", body)
     assert curl.startswith("curl -sS -X POST 'http://h:1/v1/services/a.b/versions/v2:invoke' ")
     assert """-d '{"q":"it'\\''s","on":true,"none":null,"list":[1,2.5,"ü"]}'""" in curl
-    code = callform.client_code("http://h:1", "a.b", "v2", "k-1", body)
+    code = callform.client_code("http://h:1", "a.b", "v2", body)
     assert ast.literal_eval(callform.python_literal(body)) == body
     compile(code, "copied.py", "exec")
 

@@ -20,6 +20,7 @@ from mercato.catalog import service as catalog
 from mercato.catalog.contract_schema import CONTRACT_SCHEMA
 from mercato.catalog.errors import (
     InvalidContract,
+    InvalidExample,
     InvalidListing,
     InvalidPrice,
     InvalidReviewReason,
@@ -55,6 +56,7 @@ from mercato.web.api.provider_models import (
     ConnectionOut,
     ContractSchemaOut,
     ListingBody,
+    ListingChange,
     ListingList,
     ListingOut,
     ReasonBody,
@@ -75,7 +77,13 @@ _SESSION = (InvalidRequest, Unauthenticated, SessionRequired)
 _BODY = (RequestTooLarge,)  # bodies over the edge's cap (web/limits.py, decision 0180)
 _STAFF = (*_SESSION, StaffRequired)
 _CONNECTION_INPUT = (InvalidConnection, ProviderAddressForbidden, ConnectionNameTaken)
-_VERSION_INPUT = (InvalidContract, InvalidPrice, InvalidVersionLabel, ConnectionNotFound)
+_VERSION_INPUT = (
+    InvalidContract,
+    InvalidExample,
+    InvalidPrice,
+    InvalidVersionLabel,
+    ConnectionNotFound,
+)
 _REVIEW = (SelfReviewForbidden, VersionNotFound, VersionStateConflict, ConformanceNotPassed)
 
 
@@ -221,6 +229,25 @@ def create_listing(body: ListingBody, request: Request, principal: SessionPrinci
             description=body.description,
             owner_id=principal.account_id,
             now=runtime.clock.now(),
+            publisher_name=body.publisherName,
+        )
+        return _listing_out(session, listing)
+
+
+@router.put(
+    "/v1/provider/listings/{service_code}",
+    response_model=ListingOut,
+    **declare(*_SESSION, InvalidListing, ListingNotFound, *_BODY, path_params=True),
+)
+def change_listing(
+    service_code: str, body: ListingChange, request: Request, principal: SessionPrincipal
+) -> ListingOut:
+    """Name the publisher callers see on your listing (null or blank: no name)."""
+    runtime = runtime_of(request)
+    with runtime.db.transaction() as session:
+        listing = _own_listing(session, principal, service_code)
+        catalog.set_publisher_name(
+            session, listing_id=listing.id, publisher_name=body.publisherName
         )
         return _listing_out(session, listing)
 
@@ -281,6 +308,7 @@ def create_version(
             now=runtime.clock.now(),
             role="provider",
             actor_id=principal.account_id,
+            examples=body.examples,
         )
         return _version_out(session, listing, version)
 
@@ -325,6 +353,7 @@ def change_version(
             now=runtime.clock.now(),
             role="provider",
             actor_id=principal.account_id,
+            examples=body.examples,
         )
         return _version_out(session, listing, version)
 

@@ -43,6 +43,17 @@ class ListingBody(_Body):
     serviceCode: str = Field(min_length=1, max_length=100)
     displayName: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=10_000)
+    publisherName: str | None = Field(
+        default=None,
+        max_length=100,
+        description="The name callers see the listing published under (decision 0560).",
+    )
+
+
+class ListingChange(_Body):
+    """What a provider may change of a listing at any time."""
+
+    publisherName: str | None = Field(max_length=100, description="null or blank: no name.")
 
 
 class VersionBody(_Body):
@@ -50,6 +61,14 @@ class VersionBody(_Body):
     connectionId: str = Field(min_length=1, max_length=40)
     price: int
     contract: dict[str, Any]
+    examples: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=3,
+        description=(
+            'Shown on the listing page: [{"request", "result"}], each matching the contract\'s '
+            "schemas and byte limits (422 INVALID_EXAMPLE otherwise; decision 0561)."
+        ),
+    )
 
 
 class VersionChange(_Body):
@@ -58,6 +77,14 @@ class VersionChange(_Body):
     connectionId: str | None = Field(default=None, min_length=1, max_length=40)
     price: int | None = None
     contract: dict[str, Any] | None = None
+    examples: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=3,
+        description=(
+            'Shown on the listing page: [{"request", "result"}], each matching the contract\'s '
+            "schemas and byte limits (422 INVALID_EXAMPLE otherwise; decision 0561)."
+        ),
+    )
 
 
 class ReasonBody(_Body):
@@ -139,6 +166,7 @@ class ListingOut(BaseModel):
     serviceCode: str
     displayName: str
     description: str
+    publisherName: str | None = Field(description="The name callers see; null: not named.")
     providerShareBps: int = Field(description="Your share of each call's price, basis points.")
     versions: list[VersionSummaryOut]
 
@@ -148,6 +176,7 @@ class ListingOut(BaseModel):
             serviceCode=listing.service_code,
             displayName=listing.display_name,
             description=listing.description,
+            publisherName=listing.publisher_name,
             providerShareBps=listing.provider_share_bps,
             versions=[
                 VersionSummaryOut(versionId=v.id, version=v.label, state=v.state, price=v.price)
@@ -200,6 +229,9 @@ class VersionOut(BaseModel):
     contract: dict[str, Any] = Field(description="The contract as written (no computed members).")
     contractDigest: str
     hasArtifactContract: bool
+    examples: list[dict[str, Any]] | None = Field(
+        description='The example [{"request", "result"}] shown on the listing page, or null.'
+    )
     submittedRunId: str | None
     reviewReason: str | None = Field(description="Staff's reason when changes were requested.")
     earnings: EarningsOut
@@ -226,6 +258,7 @@ class VersionOut(BaseModel):
                 "contract": contract_input(version.contract),
                 "contractDigest": version.contract_digest,
                 "hasArtifactContract": version.has_artifact_contract,
+                "examples": version.examples,
                 "submittedRunId": version.submitted_run_id,
                 "reviewReason": reason,
                 "earnings": {

@@ -23,7 +23,7 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
     runtime = runtime_of(request)
     with runtime.db.read() as session:
         balances = ledger.balances(session, account_id=user.account_id)
-        history = queries.ledger_history(session, account_id=user.account_id)
+        history = queries.call_history(session, account_id=user.account_id)
         keys = list(accounts.list_api_keys(session, account_id=user.account_id))
         quota = quotas.current_status(
             session, account_id=user.account_id, settings=runtime.settings, now=runtime.clock.now()
@@ -38,7 +38,13 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
             }
             for k in keys
         ]
-    return {"balances": balances, "history": history, "keys": key_rows, "quota": quota}
+    return {
+        "header_balance": balances,
+        "balances": balances,
+        "history": history,
+        "keys": key_rows,
+        "quota": quota,
+    }
 
 
 @router.get("/account")

@@ -65,7 +65,9 @@ def signup(request: Request, form: Form) -> Response:
         else:
             set_session_cookies(request, tokens)
             renew_csrf(request)
-            granted = points or not runtime_of(request).settings.signup_points
+            if points:
+                return redirect(request, f"/?points={points}", notice="signed-up")
+            granted = not runtime_of(request).settings.signup_points
             return redirect(request, "/", notice="signed-up" if granted else "signed-up-no-points")
     page = render(
         request,

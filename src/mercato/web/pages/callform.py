@@ -320,11 +320,13 @@ def python_literal(value: Any) -> str:
     return "None"
 
 
-def client_code(base_url: str, service_code: str, version: str, key: str, body: Any) -> str:
-    """The call with `mercato.client`, reading the API key from `MERCATO_API_KEY`."""
+def client_code(base_url: str, service_code: str, version: str, body: Any) -> str:
+    """The call with `mercato.client`, reading the API key from `MERCATO_API_KEY`; each run
+    mints its own Idempotency-Key, so an edited copy run again is a new call, not a reuse."""
     return "\n".join(
         [
             "import os",
+            "import uuid",
             "",
             "from mercato.client import MercatoClient",
             "",
@@ -334,7 +336,7 @@ def client_code(base_url: str, service_code: str, version: str, key: str, body: 
             f"        {json.dumps(service_code)},",
             f"        {json.dumps(version)},",
             f"        {python_literal(body)},",
-            f"        idempotency_key={json.dumps(key)},",
+            "        idempotency_key=str(uuid.uuid4()),  # new per run",
             "    )",
             "    print(call.invocation_id, call.result)",
         ]

@@ -57,6 +57,9 @@ def catalog_page(request: Request, q: str = "", cursor: str = "") -> Response:
                 "service_code": listing.service_code,
                 "display_name": listing.display_name,
                 "description": listing.description,
+                "publisher": listing.publisher_name,
+                "price": versions[-1].price if versions else None,
+                "latest": versions[-1].label if versions else None,
                 "versions": [(v.label, v.price) for v in versions],
             }
             for listing, versions in page
@@ -119,7 +122,12 @@ def _listing_context(request: Request, service_code: str, version: str | None) -
                 "service_code": listing.service_code,
                 "display_name": listing.display_name,
                 "description": listing.description,
+                "publisher": listing.publisher_name,
             },
+            "examples": [
+                {"request": _pretty(e["request"]), "result": _pretty(e["result"])}
+                for e in chosen.examples or []
+            ],
             "versions": [
                 {"label": v.label, "price": v.price, "published_at": v.published_at}
                 for v in versions
@@ -155,7 +163,7 @@ def _call_context(
         "copy_key": copy_key,
         "base_url": base,
         "curl": callform.curl_line(base, code, label, copy_key, body),
-        "python": callform.client_code(base, code, label, copy_key, body),
+        "python": callform.client_code(base, code, label, body),
     }
 
 

@@ -29,6 +29,7 @@ from mercato.accounts import service as accounts
 from mercato.accounts.schemas import IssuedTokens, Principal
 from mercato.catalog.schemas import ConnectionFacts
 from mercato.core.errors import MercatoError, Unauthenticated
+from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.web.deps import runtime_of
 
@@ -38,6 +39,14 @@ CSRF_COOKIE = "mercato_csrf"
 CSRF_FIELD = "csrf_token"
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).resolve().parent.parent / "templates"))
+
+
+def points(amount: int) -> str:
+    """'1 point', '10 points', '-1 point': a count of points as a person writes it."""
+    return f"{amount} point" if abs(amount) == 1 else f"{amount} points"
+
+
+TEMPLATES.env.filters["points"] = points
 
 
 class LoginRequired(Exception):
@@ -266,9 +275,13 @@ def render(
     context["title"] = title
     context.setdefault("errors", {})
     context.setdefault("values", {})
-    context["user"] = current_user(request)
+    user = context["user"] = current_user(request)
     context["csrf_token"] = csrf_token(request)
-    context["notice"] = NOTICES.get(request.query_params.get("notice", ""))
+    context["notice"] = _notice(request)
+    # A server-side failure's page reads nothing more: the store may be what failed.
+    if user is not None and "header_balance" not in context and status < 500:
+        with runtime_of(request).db.read() as session:
+            context["header_balance"] = ledger.balances(session, account_id=user.account_id)
     response = TEMPLATES.TemplateResponse(request, template, context, status_code=status)
     return finish(request, response)
 
@@ -305,6 +318,15 @@ def error_text(error: MercatoError) -> str:
     return error.message
 
 
+def _notice(request: Request) -> str | None:
+    """The notice named in the query; sign-up's says how many points arrived (`points=N`)."""
+    name = request.query_params.get("notice", "")
+    granted = request.query_params.get("points", "")
+    if name == "signed-up" and granted.isascii() and granted.isdigit() and len(granted) < 16:
+        return f"Welcome! Your account is ready, and {points(int(granted))} arrived to spend."
+    return NOTICES.get(name)
+
+
 NOTICES = {
     "signed-up": "Welcome! Your account is ready.",
     "signed-up-no-points": (
@@ -318,6 +340,7 @@ NOTICES = {
     "connection-unchanged": "Nothing changed.",
     "check-ran": "The conformance check has run.",
     "listing-created": "Listing created. Add a draft version next.",
+    "publisher-named": "Publisher name saved; callers see it on the listing and its card.",
     "draft-created": "Draft version created.",
     "draft-saved": "Draft saved.",
     "submitted": "Submitted for review with your connection's latest conformance run.",

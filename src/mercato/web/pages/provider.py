@@ -16,7 +16,12 @@ from starlette.responses import Response
 from mercato.catalog import lifecycle
 from mercato.catalog import service as catalog
 from mercato.catalog.contracts import contract_input
-from mercato.catalog.errors import InvalidContract, ListingNotFound, VersionNotFound
+from mercato.catalog.errors import (
+    InvalidContract,
+    InvalidExample,
+    ListingNotFound,
+    VersionNotFound,
+)
 from mercato.catalog.examples import TEMPLATES, template_contract
 from mercato.catalog.models import CHANGES_REQUESTED, Listing, Version
 from mercato.conformance import flows as conformance
@@ -254,6 +259,42 @@ def listing_page(request: Request, service_code: str, user: User, template: str 
     return render(request, "provider_listing.html", title=f"Listing {service_code}", **context)
 
 
+@router.post("/provider/listings/{service_code}/publisher")
+def set_publisher(request: Request, service_code: str, user: User, form: Form) -> Response:
+    """Name the publisher callers see on the listing (blank: no name)."""
+    runtime = runtime_of(request)
+    name = text_of(form, "publisher_name")
+    try:
+        with runtime.db.transaction() as session:
+            listing = _own_listing(session, user, service_code)
+            catalog.set_publisher_name(session, listing_id=listing.id, publisher_name=name)
+    except ListingNotFound:
+        raise
+    except MercatoError as error:
+        with runtime.db.read() as session:
+            context = _listing_context(session, user, _own_listing(session, user, service_code))
+        return render(
+            request,
+            "provider_listing.html",
+            status=400,
+            title=f"Listing {service_code}",
+            errors={"publisher_name": error.message},
+            values={"publisher_name": name},
+            **context,
+        )
+    return redirect(request, f"/provider/listings/{service_code}", notice="publisher-named")
+
+
+def _parse_examples(text: str) -> Any:
+    """The examples textarea: blank keeps what the version has; else a JSON list."""
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise _FormError("examples", f"The examples are not valid JSON: {exc}.") from exc
+
+
 def _parse_contract(text: str) -> Any:
     if not text.strip():
         raise _FormError(
@@ -280,6 +321,8 @@ class _FormError(Exception):
 
 
 def _draft_error(error: MercatoError) -> dict[str, str]:
+    if isinstance(error, InvalidExample):
+        return {"examples": error.message}
     if isinstance(error, InvalidContract):
         pointed = error.extra.get("errors") or []
         lines = [f"{e['pointer'] or '/'}: {e['detail']}" for e in pointed]
@@ -359,6 +402,9 @@ def _version_context(session: Session, user: PageUser, version_id: str) -> dict[
         "listing": queries.plain(listing),
         "version": queries.plain(version),
         "contract_text": json.dumps(contract_input(version.contract), indent=2, sort_keys=True),
+        "examples_text": (
+            "" if version.examples is None else json.dumps(version.examples, indent=2)
+        ),
         "connections": [{"id": c.id, "name": c.name, "approved": c.approved} for c in connections],
         "connection_approved": providers.is_approved(session, connection_id=version.connection_id),
         "transitions": steps,
@@ -383,10 +429,11 @@ def version_page(request: Request, version_id: str, user: User) -> Response:
 @router.post("/provider/versions/{version_id}")
 def save_draft(request: Request, version_id: str, user: User, form: Form) -> Response:
     runtime = runtime_of(request)
-    values = {n: text_of(form, n) for n in ("connection_id", "price", "contract")}
+    values = {n: text_of(form, n) for n in ("connection_id", "price", "contract", "examples")}
     errors: dict[str, str] = {}
     try:
         contract = _parse_contract(values["contract"])
+        examples = _parse_examples(values["examples"])
         price = _parse_price(values["price"])
         with runtime.db.transaction() as session:
             _own_version(session, user, version_id)
@@ -402,6 +449,7 @@ def save_draft(request: Request, version_id: str, user: User, form: Form) -> Res
                 now=runtime.clock.now(),
                 role="provider",
                 actor_id=user.account_id,
+                examples=examples,
             )
     except _FormError as error:
         errors[error.name] = error.message

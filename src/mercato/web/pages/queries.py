@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, inspect, select
+from sqlalchemy import case, func, inspect, select
 from sqlalchemy.orm import Session
 
 from mercato.accounts.models import Account
@@ -33,25 +33,6 @@ class LedgerLine:
     balance: str  # available, reserved, earnings
     amount: int
     memo: str
-
-
-def ledger_history(session: Session, *, account_id: str, limit: int = 50) -> list[LedgerLine]:
-    """The account's ledger entries, newest first (the platform's own legs are not shown)."""
-    rows = session.execute(
-        select(
-            LedgerTransfer.created_at,
-            LedgerTransfer.kind,
-            LedgerAccount.kind,
-            LedgerEntry.amount,
-            LedgerTransfer.memo,
-        )
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .where(LedgerAccount.owner == account_id, LedgerAccount.kind.in_(_SHOWN_KINDS))
-        .order_by(LedgerTransfer.created_at.desc(), LedgerEntry.id.desc())
-        .limit(limit)
-    ).all()
-    return [LedgerLine(*row) for row in rows]
 
 
 def connections_of(session: Session, *, owner_id: str | None) -> list[ProviderConnection]:
@@ -198,3 +179,108 @@ def version_earned(session: Session, *, version_id: str, provider_id: str) -> in
         )
     )
     return int(total or 0)
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """One line of the account's history: a call (its reserve, settle, release and refund
+    together), a grant, or a movement of earnings; `entries` are its ledger lines."""
+
+    at: dt.datetime
+    kind: str  # call, grant, earnings, other
+    change: int  # what it did to the points available to spend
+    invocation_id: str | None
+    service_code: str | None
+    version: str | None
+    settlement: str | None
+    memo: str
+    entries: list[LedgerLine]
+
+
+_CALL_KINDS = ("reserve", "settle", "release", "refund")
+
+
+def call_history(session: Session, *, account_id: str, limit: int = 50) -> list[HistoryItem]:
+    """The account's history, one line per call, newest first (decision 0562): the caller's
+    legs of one call share the reservation as their reference; each other transfer is a line
+    of its own. The platform's own legs are not shown."""
+    mine = (
+        select(LedgerEntry.id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .where(LedgerAccount.owner == account_id, LedgerAccount.kind.in_(_SHOWN_KINDS))
+    )
+    key = case(
+        (
+            (LedgerTransfer.kind.in_(_CALL_KINDS)) & (LedgerAccount.kind != "earnings"),
+            func.coalesce(LedgerTransfer.reference, LedgerTransfer.id),
+        ),
+        else_=LedgerTransfer.id,
+    ).label("item")
+    base = (
+        select(key, func.max(LedgerTransfer.created_at).label("last"))
+        .select_from(LedgerEntry)
+        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .where(LedgerEntry.id.in_(mine))
+        .group_by(key)
+        .order_by(func.max(LedgerTransfer.created_at).desc(), key.desc())
+        .limit(limit)
+    )
+    keys = [row[0] for row in session.execute(base)]
+    if not keys:
+        return []
+    rows = session.execute(
+        select(
+            key,
+            LedgerTransfer.created_at,
+            LedgerTransfer.kind,
+            LedgerAccount.kind,
+            LedgerEntry.amount,
+            LedgerTransfer.memo,
+        )
+        .select_from(LedgerEntry)
+        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
+        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
+        .where(LedgerEntry.id.in_(mine), key.in_(keys))
+        .order_by(LedgerTransfer.created_at, LedgerEntry.id)
+    ).all()
+    grouped: dict[str, list[LedgerLine]] = {k: [] for k in keys}
+    for item, *line in rows:
+        grouped[item].append(LedgerLine(*line))
+    calls = {
+        row.reservation_id: row
+        for row in session.execute(
+            select(
+                Invocation.reservation_id,
+                Invocation.id,
+                Invocation.service_code,
+                Invocation.version,
+                Invocation.settlement,
+            ).where(Invocation.account_id == account_id, Invocation.reservation_id.in_(keys))
+        )
+    }
+    return [_item(grouped[k], calls.get(k)) for k in keys if grouped[k]]
+
+
+def _item(entries: list[LedgerLine], call: Any) -> HistoryItem:
+    change = sum(e.amount for e in entries if e.balance == "available")
+    first, last = entries[0], entries[-1]
+    if call is not None:
+        kind = "call"
+    elif first.kind == "grant":
+        kind = "grant"
+    elif all(e.balance == "earnings" for e in entries):
+        kind = "earnings"
+    else:
+        kind = "other"
+    return HistoryItem(
+        at=last.at,
+        kind=kind,
+        change=change,
+        invocation_id=None if call is None else call.id,
+        service_code=None if call is None else call.service_code,
+        version=None if call is None else call.version,
+        settlement=None if call is None else call.settlement,
+        memo=first.memo,
+        entries=list(reversed(entries)),
+    )

@@ -67,13 +67,13 @@ document.addEventListener("click", function (event) {
       "-d", shell(JSON.stringify(body))
     ].join(" ");
     python.value = [
-      "import os", "", "from mercato.client import MercatoClient", "",
+      "import os", "import uuid", "", "from mercato.client import MercatoClient", "",
       "with MercatoClient(" + JSON.stringify(base) + ', os.environ["MERCATO_API_KEY"]) as mercato:',
       "    call = mercato.invoke(",
       "        " + JSON.stringify(service) + ",",
       "        " + JSON.stringify(version) + ",",
       "        " + py(body) + ",",
-      "        idempotency_key=" + JSON.stringify(key) + ",",
+      "        idempotency_key=str(uuid.uuid4()),  # new per run",
       "    )",
       "    print(call.invocation_id, call.result)"
     ].join("\n");
