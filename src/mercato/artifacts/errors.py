@@ -42,7 +42,7 @@ class ArtifactNotReady(ServiceUnavailable):
 
     def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
         super().__init__(message, **extra)
-        self.headers["Retry-After"] = str(retry_after)
+        self.set_retry_after(retry_after)
 
 
 class ArtifactCorrupted(MercatoError):

@@ -18,6 +18,12 @@ class MercatoError(Exception):
         self.headers: dict[str, str] = {}
         super().__init__(self.message)
 
+    def set_retry_after(self, seconds: int) -> None:
+        """Ask the client to wait `seconds`: the `Retry-After` header and, as DESIGN §5 has every
+        such answer carry, `retryAfter` in the body."""
+        self.headers["Retry-After"] = str(seconds)
+        self.extra.setdefault("retryAfter", seconds)
+
 
 class BadRequest(MercatoError):
     code = "BAD_REQUEST"
@@ -80,7 +86,7 @@ class RateLimited(MercatoError):
 
     def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
         super().__init__(message, **extra)
-        self.headers["Retry-After"] = str(retry_after)
+        self.set_retry_after(retry_after)
 
 
 class ServiceUnavailable(MercatoError):

@@ -28,7 +28,7 @@ class IdempotencyKeyInUse(Conflict):
 
     def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
         super().__init__(message, **extra)
-        self.headers["Retry-After"] = str(retry_after)
+        self.set_retry_after(retry_after)
 
 
 class RequestTooLarge(MercatoError):

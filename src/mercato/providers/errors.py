@@ -57,5 +57,5 @@ class ProviderBusy(ServiceUnavailable):
     title = "The provider has as many calls in flight as it may take"
 
     def __init__(self, message: str | None = None, *, retry_after: int, **extra: Any) -> None:
-        super().__init__(message, retryAfter=retry_after, **extra)
-        self.headers["Retry-After"] = str(retry_after)
+        super().__init__(message, **extra)
+        self.set_retry_after(retry_after)

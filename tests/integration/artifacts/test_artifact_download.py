@@ -140,6 +140,7 @@ def test_an_artifact_not_yet_ingested_gets_503_with_retry_after(
 
     _assert_problem(response, 503, "ARTIFACT_NOT_READY")
     assert int(response.headers["retry-after"]) >= 1
+    assert response.json()["retryAfter"] == int(response.headers["retry-after"])  # DESIGN §5
 
 
 def test_an_artifact_missing_from_the_manifest_gets_404(

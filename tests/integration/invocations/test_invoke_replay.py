@@ -139,6 +139,7 @@ def test_a_replay_while_the_first_is_in_flight_is_in_use(
         assert (refused.status_code, refused.json()["code"]) == (409, "IDEMPOTENCY_KEY_IN_USE")
         assert refused.json()["invocationId"] == invocation_id
         assert 1 <= int(refused.headers["Retry-After"]) <= 30
+        assert refused.json()["retryAfter"] == int(refused.headers["Retry-After"])  # DESIGN §5
     assert answer(again) == answer(world.invoke(key="k", client=memoryless))
     assert "RateLimit" in again.headers
     assert world.balances() == (80, 10)  # the call in flight holds its points

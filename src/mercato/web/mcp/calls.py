@@ -78,10 +78,7 @@ def refused(
     settlement: str | None = None,
 ) -> types.CallToolResult:
     """An `isError` result carrying `error`'s problem document, so a model can correct itself."""
-    document = error_document(error)
-    retry_after = error.headers.get("Retry-After")
-    if retry_after is not None and retry_after.isdigit():
-        document.setdefault("retryAfter", int(retry_after))
+    document = error_document(error)  # with `retryAfter` where the error asks to wait
     meta = _meta(key, view, settlement)
     if view is None and isinstance(error.extra.get("invocationId"), str):
         # The key's call, accepted by an earlier request and still in flight.
