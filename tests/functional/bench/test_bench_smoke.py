@@ -21,7 +21,7 @@ MEASURES = ("rate", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "requests", "status
 def test_bench_runs_on_sqlite_and_leaves_a_balanced_ledger(tmp_path: Path) -> None:
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "bench", "--stores", "sqlite", "--duration", "0.3"),
+            *(sys.executable, "-m", "bench", "--stores", "sqlite", "--duration", "1.0"),
             *("--concurrency", "2", "--workers", "1", "--out", str(tmp_path), "--json"),
             *("--growth", "--growth-invocations", "3000", "--growth-listings", "40"),
         ],
