@@ -40,34 +40,29 @@ CONTRACT_FILE_MAX = 1024 * 1024  # far above any contract; stops `--contract /de
 
 def read_contract(path: Path) -> Any:
     """Read the contract file the operator gave."""
-    try:
-        with path.open("rb") as file:
-            raw = file.read(CONTRACT_FILE_MAX + 1)
-    except OSError as exc:
-        raise InvalidContract(f"Cannot read the contract file {path}: {exc.strerror}.") from exc
-    if len(raw) > CONTRACT_FILE_MAX:
-        raise InvalidContract(f"The contract file {path} is over {CONTRACT_FILE_MAX} bytes.")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeError) as exc:
-        raise InvalidContract(f"The contract file {path} is not JSON: {exc}.") from exc
+    return _json_file(path, "contract", InvalidContract)
 
 
 def read_examples(path: Path | None) -> Any:
     """Read the examples file (JSON: [{"request", "result"}]) the operator gave, if any."""
     if path is None:
         return None
+    return _json_file(path, "examples", InvalidExample)
+
+
+def _json_file(path: Path, what: str, error: type[MercatoError]) -> Any:
+    """The JSON in the operator's `what` file, read up to `CONTRACT_FILE_MAX` bytes."""
     try:
         with path.open("rb") as file:
             raw = file.read(CONTRACT_FILE_MAX + 1)
     except OSError as exc:
-        raise InvalidExample(f"Cannot read the examples file {path}: {exc.strerror}.") from exc
+        raise error(f"Cannot read the {what} file {path}: {exc.strerror}.") from exc
     if len(raw) > CONTRACT_FILE_MAX:
-        raise InvalidExample(f"The examples file {path} is over {CONTRACT_FILE_MAX} bytes.")
+        raise error(f"The {what} file {path} is over {CONTRACT_FILE_MAX} bytes.")
     try:
         return json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeError) as exc:
-        raise InvalidExample(f"The examples file {path} is not JSON: {exc}.") from exc
+        raise error(f"The {what} file {path} is not JSON: {exc}.") from exc
 
 
 def connection_facts(session: Session, *, connection_id: str) -> catalog.ConnectionFacts:

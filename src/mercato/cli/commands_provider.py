@@ -115,20 +115,9 @@ class _Refused(Exception):
 
 
 def _contract(path_text: str) -> dict[str, Any]:
-    path = Path(path_text)
-    try:
-        if not path.is_file():
-            raise BadArgument("--contract", f"{path_text} is not a readable file")
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONTRACT_BYTES + 1)
-    except OSError as exc:
-        raise BadArgument("--contract", f"{path_text} cannot be read ({exc.strerror})") from None
-    if len(raw) > MAX_CONTRACT_BYTES:
-        raise BadArgument("--contract", f"{path_text} is over {MAX_CONTRACT_BYTES} bytes")
-    try:
-        loaded = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BadArgument("--contract", f"{path_text} is not JSON ({exc})") from None
+    if not Path(path_text).is_file():
+        raise BadArgument("--contract", f"{path_text} is not a readable file")
+    loaded = _json_file("--contract", path_text)
     if not isinstance(loaded, dict):
         raise BadArgument("--contract", f"{path_text} must hold a JSON object")
     # A pattern RE2 refuses is refused here too, before anything is sent (decision 0515).
@@ -140,22 +129,26 @@ def _contract(path_text: str) -> dict[str, Any]:
     return loaded
 
 
+def _json_file(option: str, path_text: str) -> Any:
+    """The JSON in the file `option` names, read up to `MAX_CONTRACT_BYTES` (exit 2 otherwise)."""
+    try:
+        with Path(path_text).open("rb") as handle:
+            raw = handle.read(MAX_CONTRACT_BYTES + 1)
+    except OSError as exc:
+        raise BadArgument(option, f"{path_text} cannot be read ({exc.strerror})") from None
+    if len(raw) > MAX_CONTRACT_BYTES:
+        raise BadArgument(option, f"{path_text} is over {MAX_CONTRACT_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadArgument(option, f"{path_text} is not JSON ({exc})") from None
+
+
 def _examples(path_text: str | None) -> list[Any] | None:
     """The `--examples` file: a JSON list of {"request", "result"} (the platform judges them)."""
     if path_text is None:
         return None
-    path = Path(path_text)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONTRACT_BYTES + 1)
-    except OSError as exc:
-        raise BadArgument("--examples", f"{path_text} cannot be read ({exc.strerror})") from None
-    if len(raw) > MAX_CONTRACT_BYTES:
-        raise BadArgument("--examples", f"{path_text} is over {MAX_CONTRACT_BYTES} bytes")
-    try:
-        loaded = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BadArgument("--examples", f"{path_text} is not JSON ({exc})") from None
+    loaded = _json_file("--examples", path_text)
     if not isinstance(loaded, list):
         raise BadArgument("--examples", f'{path_text} must hold a list of {{"request", "result"}}')
     return loaded
