@@ -60,16 +60,33 @@ class DirectRoute:
             raise ValueError(f"{route.path} cannot be served directly")
         self.route = original  # what the router sets as the scope's route
         self.context = route  # matches a request as the router matches it (prefixes and all)
+        self.path_regex = route.path_regex  # the path as included (prefixes and all)
+        self.convertors = route.param_convertors
+        self.methods = frozenset(route.methods or ())
         self.endpoint: Any = original.endpoint
 
     def enter(self, scope: Scope) -> dict[str, Any] | None:
-        """The path parameters of an HTTP request this route answers in full (the route's own
-        `matches`: its method, and its path with its convertors), with the route set on the
-        scope as the router sets it; None for any other request."""
-        match, child = self.context.matches(scope)
-        if match is not Match.FULL:
+        """The path parameters of an HTTP request this route answers in full (its method, and
+        its path with its convertors), with the route set on the scope as the router sets it;
+        None for any other request. Without a root path (how `mercato serve` runs) the path is
+        matched by the route's own public regex and convertors; under one, by the route's own
+        `matches`, which knows how to strip it."""
+        if scope["method"] not in self.methods:
             return None
-        scope.update(child)
+        if scope.get("root_path"):
+            match, child = self.context.matches(scope)
+            if match is not Match.FULL:
+                return None
+            params: dict[str, Any] = child["path_params"]
+        else:
+            found = self.path_regex.match(scope["path"])
+            if found is None:
+                return None
+            convertors = self.convertors
+            params = {
+                name: convertors[name].convert(value) for name, value in found.groupdict().items()
+            }
         scope["route"] = self.route
-        params: dict[str, Any] = child["path_params"]
+        scope["endpoint"] = self.endpoint
+        scope["path_params"] = params
         return params

@@ -76,9 +76,12 @@ def _post(
     method: str = "POST",
     headers: list[tuple[str, str]] | None = None,
     app: FastAPI | None = None,
+    root_path: str = "",
 ) -> httpx.Response:
     async def call() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app or _app(), raise_app_exceptions=False)
+        transport = httpx.ASGITransport(
+            app=app or _app(), raise_app_exceptions=False, root_path=root_path
+        )
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return await client.request(method, path, content=body, headers=headers)
 
@@ -92,21 +95,24 @@ def test_the_route_is_served_with_its_path_parameters_and_scope_route() -> None:
     assert seen["route"] == "/v1/things/{name}:poke"  # the prefix is the included router's
 
 
+@pytest.mark.parametrize("root_path", ["", "/api"])
 @pytest.mark.parametrize(
     "body", [b"hello", b"unauthenticated", b"too-large", b"own-id"], ids=lambda b: b.decode()
 )
-def test_the_direct_answer_and_scope_are_the_routers(body: bytes) -> None:
+def test_the_direct_answer_and_scope_are_the_routers(body: bytes, root_path: str) -> None:
     """What keeps the route served directly true (decision 0577): FastAPI's router and
     handler, given the same request, set the same scope and send the same answer (but the
     request id the edge layer adds). Fails when FastAPI or Starlette change either."""
 
     def answer(app: FastAPI | None) -> tuple[int, bytes, list[tuple[bytes, bytes]], Any]:
         seen.clear()
-        got = _post("/v1/things/a%20b:poke", body, app=app)
+        got = _post(root_path + "/v1/things/a%20b:poke", body, app=app, root_path=root_path)
         raw = [(k, v) for k, v in got.headers.raw if k.lower() != b"x-request-id"]
         return got.status_code, got.content, raw, seen.get("scope")
 
-    assert answer(None) == answer(_routed_app())
+    direct = answer(None)
+    assert direct == answer(_routed_app())
+    assert direct[3]["path_params"] == {"name": "a b"}
 
 
 def test_its_errors_are_the_app_s_problem_documents() -> None:
