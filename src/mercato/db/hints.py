@@ -41,7 +41,6 @@ from sqlalchemy import BigInteger, Integer, Table, event, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import InstanceState, Mapped, Session, UOWTransaction, mapped_column
 
-from mercato.core.frozen import set_through_slots
 from mercato.db.base import Base
 from mercato.db.guarded import Empty, Refs, Step
 from mercato.db.plans import Plan, Rows, query, scalar
@@ -158,7 +157,6 @@ def guard_step(name: str = "hinted") -> Step:
 # --- the memo -----------------------------------------------------------------------------
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class Served:
     """What a read unit served from memory: the oldest generation it used, and the digest of

@@ -31,7 +31,6 @@ from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core import schema_engine
 from mercato.core.errors import MercatoError, Unauthenticated
-from mercato.core.frozen import set_through_slots
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
 from mercato.db.hints import Served, generation_plan, note_served, served_on
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
@@ -81,7 +80,6 @@ BUSY_PARK_SECONDS = 1.0
 """How long a worker step that found its connection full puts its call back (decision 0513)."""
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeRequest:
     account_id: str
@@ -93,7 +91,6 @@ class InvokeRequest:
     request_id: str | None = None  # the accepting request's id, kept on the call (0276)
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeResult:
     view: InvocationView

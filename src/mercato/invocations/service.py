@@ -24,7 +24,6 @@ from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
-from mercato.core.frozen import set_through_slots
 from mercato.core.ids import new_id
 from mercato.db import guarded
 from mercato.db.aio_reads import SLOT, grouped
@@ -134,7 +133,6 @@ def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView
     return None if row is None else _view(row)
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class Replayed:
     """What a replay reads in one statement (`find_replay`)."""
