@@ -258,6 +258,7 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
                 flows.InvokeRequest(
                     account_id=principal.account_id,
                     channel=principal.channel,
+                    key_id=principal.key_id,
                     service_code=service_code,
                     version=version,
                     idempotency_key=key,
