@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from mercato.accounts.errors import KeySpendLimitReached
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import ListingUnavailable, VersionNotFound
 from mercato.core.errors import MercatoError, Unauthenticated
@@ -173,6 +174,7 @@ _INVOKE_ERRORS = (
     IdempotencyKeyMissing,
     IdempotencyKeyInvalid,
     InsufficientPoints,
+    KeySpendLimitReached,
     ListingUnavailable,
     VersionNotFound,
     IdempotencyKeyInUse,
