@@ -205,7 +205,7 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         check_page(keys, "Account")
         limited = keys.locator("tr", has_text="terminal")
         assert "100 per week" in limited.inner_text()
-        assert limited.locator("[data-spent]").inner_text() == "10"
+        assert limited.locator("[data-spent]").inner_text() == "5"  # publish_ranking's price
         keys.close()
 
         # The JSON mode for experts: the copies follow its text too.
