@@ -12,8 +12,10 @@ from mercato.db.base import Base, UTCDateTime
 
 SPEND_LIMIT_RULE = (
     "(spend_limit_points IS NULL AND spend_limit_period IS NULL) OR "
-    "(spend_limit_points >= 0 AND (spend_limit_period = 'DAY' OR spend_limit_period = 'WEEK' "
-    "OR spend_limit_period = 'MONTH' OR spend_limit_period = 'TOTAL'))"
+    "(spend_limit_points IS NOT NULL AND spend_limit_points >= 0 "
+    "AND spend_limit_period IS NOT NULL AND (spend_limit_period = 'DAY' "
+    "OR spend_limit_period = 'WEEK' OR spend_limit_period = 'MONTH' "
+    "OR spend_limit_period = 'TOTAL'))"
 )
 """The CHECK of a key's spend limit (comparisons, not `IN`: decision 0493)."""
 

@@ -26,8 +26,10 @@ depends_on = None
 _LIMIT = "ck_api_keys_spend_limit"
 _LIMIT_RULE = (
     "(spend_limit_points IS NULL AND spend_limit_period IS NULL) OR "
-    "(spend_limit_points >= 0 AND (spend_limit_period = 'DAY' OR spend_limit_period = 'WEEK' "
-    "OR spend_limit_period = 'MONTH' OR spend_limit_period = 'TOTAL'))"
+    "(spend_limit_points IS NOT NULL AND spend_limit_points >= 0 "
+    "AND spend_limit_period IS NOT NULL AND (spend_limit_period = 'DAY' "
+    "OR spend_limit_period = 'WEEK' OR spend_limit_period = 'MONTH' "
+    "OR spend_limit_period = 'TOTAL'))"
 )
 _SPENT = "ck_api_keys_spent_in_period"
 _SPENT_RULE = "spent_in_period >= 0"
