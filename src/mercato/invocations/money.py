@@ -241,7 +241,7 @@ def _released(name: str, finish: Step) -> Program:
                 "spend_back",
                 key_id=col("finish", "api_key_id"),
                 price=col("finish", "price"),
-                accepted_at=col("finish", "created_at"),
+                invocation_id=col("finish", "id"),
             ),
         ),
         outputs=tuple(("finish", column.key) for column in VIEW_COLUMNS),

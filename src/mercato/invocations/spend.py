@@ -95,13 +95,15 @@ def start_params(now: dt.datetime) -> dict[str, dt.datetime]:
 # --- the steps ----------------------------------------------------------------------------
 
 
-def _current_start(refs: Refs) -> Any:
-    """The start of the key's own period at the program's `now` (from `start_params`)."""
+def _current_start(refs: Refs, period: Any) -> Any:
+    """The start of the period `period` (a key's) at the program's `now` (`start_params`).
+    Built from the inputs, not carried from step to step: a runner binds what a step returned
+    as it was read."""
     starts = {p: refs.param(f"spend_{p.value.lower()}", UTCDateTime) for p in Period}
     return case(
-        (_k.spend_limit_period == inline(Period.DAY.value), starts[Period.DAY]),
-        (_k.spend_limit_period == inline(Period.WEEK.value), starts[Period.WEEK]),
-        (_k.spend_limit_period == inline(Period.MONTH.value), starts[Period.MONTH]),
+        (period == inline(Period.DAY.value), starts[Period.DAY]),
+        (period == inline(Period.WEEK.value), starts[Period.WEEK]),
+        (period == inline(Period.MONTH.value), starts[Period.MONTH]),
         else_=starts[Period.TOTAL],
     )
 
@@ -121,7 +123,6 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
             _k.id,
             _k.spend_limit_points.label("points"),
             _k.spend_limit_period.label("period"),
-            _current_start(refs).label("start"),
         ).where(_k.id == key_id(refs), refs.gate)
         if refs.dialect == "postgresql":
             # KEY SHARE: concurrent calls of the key do not wait for each other here; a limit
@@ -130,7 +131,8 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
         return chosen
 
     def count(refs: Refs) -> Any:
-        start, points = refs.col(name, "start"), refs.col(name, "points")
+        start = _current_start(refs, refs.col(name, "period"))
+        points = refs.col(name, "points")
         used = _used_since(start)
         return (
             update(_keys)
@@ -150,7 +152,7 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
         )
 
     def detail(refs: Refs) -> list[Any]:
-        start = refs.col(name, "start")
+        start = _current_start(refs, refs.col(name, "period"))
         used = select(_used_since(start)).where(_k.id == key_id(refs)).scalar_subquery()
         return [refs.col(name, "points"), used, refs.col(name, "period")]
 
@@ -167,18 +169,21 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
     ]
 
 
-def giveback_step(name: str, *, key_id: Expr, price: Expr, accepted_at: Expr) -> Step:
+def giveback_step(name: str, *, key_id: Expr, price: Expr, invocation_id: Expr) -> Step:
     """Give a released call's `price` back to its key's use, when the key's current period
-    began no later than the call was accepted (`accepted_at`)."""
+    began no later than the call (`invocation_id`) was accepted."""
 
     def build(refs: Refs) -> Any:
         points = price(refs)
+        accepted_at = (
+            select(_inv.created_at).where(_inv.id == invocation_id(refs)).scalar_subquery()
+        )
         return (
             update(_keys)
             .where(
                 _k.id == key_id(refs),
                 refs.gate,
-                _k.spend_period_start <= accepted_at(refs),
+                _k.spend_period_start <= accepted_at,
                 _k.spent_in_period >= points,
             )
             .values(spent_in_period=_k.spent_in_period - points)
