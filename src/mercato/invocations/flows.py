@@ -26,7 +26,7 @@ from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import KeyDisproved
+from mercato.accounts.errors import KeyDisproved, KeySpendLimitReached
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core import schema_engine
@@ -37,6 +37,7 @@ from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
 from mercato.invocations import service as invocations
+from mercato.invocations import spend
 from mercato.invocations.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
@@ -89,6 +90,7 @@ class InvokeRequest:
     idempotency_key: str
     body: bytes
     request_id: str | None = None  # the accepting request's id, kept on the call (0276)
+    key_id: str | None = None  # the API key that makes the call (its spend limit, §8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,12 +486,20 @@ async def _accept(
 
 async def _refuse_busy(runtime: Runtime, prepared: Prepared) -> NoReturn:
     """Refuse a call whose connection (or process) is full: 503 PROVIDER_BUSY, unless a
-    refusal DESIGN §3 orders before it applies (not enough points). Only this refusal reads."""
-    price = prepared.version.price
+    refusal DESIGN §3 orders before it applies (not enough points, the key's spend limit).
+    Only this refusal reads."""
+    price, key_id = prepared.version.price, prepared.request.key_id
     async with runtime.adb.read() as conn:
         available = await ledger.available_points.aio(conn, account_id=prepared.request.account_id)
+        over = None
+        if key_id is not None and available >= price:
+            over = await spend.over_limit.aio(
+                conn, key_id=key_id, price=price, now=runtime.clock.now()
+            )
     if available < price:
         raise ledger.short_of_points(available, price)
+    if over is not None:
+        raise over
     raise ProviderBusy(
         "The provider has as many calls in flight as it may take; try again shortly.",
         retry_after=BUSY_RETRY_AFTER,
@@ -526,13 +536,14 @@ async def _accept_holding(
             lease_seconds=lease_seconds(runtime),
             now=now,
             hint_generation=None if served is None else served.generation,
+            api_key_id=request.key_id,
         )
 
     runtime.failpoints.hit(BEFORE_ACCEPT)
     refused: Exception | None = None
     try:
         quota = await in_transaction(runtime, accept, one_statement=True)
-    except (IntegrityError, InsufficientPoints, RateLimitExceeded) as error:
+    except (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded) as error:
         if served is not None:
             raise  # `run` answers it the uncached way
         quota, refused = None, error

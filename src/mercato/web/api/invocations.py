@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from mercato.accounts.errors import KeySpendLimitReached
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import ListingUnavailable, VersionNotFound
 from mercato.core.errors import MercatoError, Unauthenticated
@@ -132,6 +133,7 @@ _INVOKE_ERRORS = (
     IdempotencyKeyMissing,
     IdempotencyKeyInvalid,
     InsufficientPoints,
+    KeySpendLimitReached,
     ListingUnavailable,
     VersionNotFound,
     IdempotencyKeyInUse,
@@ -217,6 +219,7 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
                 flows.InvokeRequest(
                     account_id=principal.account_id,
                     channel=principal.channel,
+                    key_id=principal.key_id,
                     service_code=service_code,
                     version=version,
                     idempotency_key=key,
