@@ -8,10 +8,12 @@ import pytest
 from client_sdk.support import Script, Sleeps, problem, receipt
 from mercato.client import (
     InsufficientPoints,
+    KeySpendLimitReached,
     ListingUnavailable,
     MercatoAPIError,
     MercatoClient,
     NotFound,
+    PaymentRequired,
     ProviderDefinedFailure,
     ProviderUnavailable,
     RequestSchemaViolation,
@@ -57,6 +59,8 @@ def test_a_provider_defined_failure_carries_its_error_code_and_status() -> None:
     [
         (401, "UNAUTHENTICATED", Unauthenticated),
         (402, "INSUFFICIENT_POINTS", InsufficientPoints),
+        (402, "KEY_SPEND_LIMIT_REACHED", KeySpendLimitReached),
+        (402, "SOMETHING_NEW", PaymentRequired),
         (403, "LISTING_UNAVAILABLE", ListingUnavailable),
         (404, "VERSION_NOT_FOUND", NotFound),
         (422, "REQUEST_SCHEMA_VIOLATION", RequestSchemaViolation),
@@ -191,3 +195,16 @@ def test_rate_limit_and_balance_are_typed() -> None:
     assert (quota.policy, quota.remaining, quota.window_seconds) == ("standard", 57, 60)
     assert quota.reset_at is not None and quota.reset_at.tzinfo is not None
     assert (balance.available, balance.reserved) == (90, 10)
+
+
+def test_a_key_over_its_spend_limit_says_its_limit_use_and_reset() -> None:
+    script = Script(
+        problem(402, "KEY_SPEND_LIMIT_REACHED", limit=10, used=8, resetsAt="2026-12-08T00:00:00Z")
+    )
+
+    with pytest.raises(KeySpendLimitReached) as caught:
+        client(script).invoke("acme.echo", "v1", {"n": 1})
+
+    assert (caught.value.limit, caught.value.used) == (10, 8)
+    assert caught.value.resets_at == "2026-12-08T00:00:00Z"
+    assert len(script.requests) == 1  # a refusal that consumed nothing is not retried

@@ -80,8 +80,32 @@ class Unauthenticated(MercatoAPIError):
     """401: no API key, or one that is unknown or revoked."""
 
 
-class InsufficientPoints(MercatoAPIError):
-    """402: the account cannot cover the version's price; nothing was consumed."""
+class PaymentRequired(MercatoAPIError):
+    """402: the call would spend points it may not spend; nothing was consumed."""
+
+
+class InsufficientPoints(PaymentRequired):
+    """402 INSUFFICIENT_POINTS: the account cannot cover the version's price."""
+
+
+class KeySpendLimitReached(PaymentRequired):
+    """402 KEY_SPEND_LIMIT_REACHED: the call's price would take the API key over its spend
+    limit (`limit`, `used`; `resets_at` is None for a TOTAL limit)."""
+
+    @property
+    def limit(self) -> int | None:
+        value = self.problem.get("limit")
+        return value if isinstance(value, int) else None
+
+    @property
+    def used(self) -> int | None:
+        value = self.problem.get("used")
+        return value if isinstance(value, int) else None
+
+    @property
+    def resets_at(self) -> str | None:
+        value = self.problem.get("resetsAt")
+        return value if isinstance(value, str) else None
 
 
 class Forbidden(MercatoAPIError):
@@ -237,6 +261,7 @@ class UnexpectedResponse(MercatoClientError):
 _BY_CODE: dict[str, type[MercatoAPIError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "INSUFFICIENT_POINTS": InsufficientPoints,
+    "KEY_SPEND_LIMIT_REACHED": KeySpendLimitReached,
     "LISTING_UNAVAILABLE": ListingUnavailable,
     "IDEMPOTENCY_KEY_IN_USE": IdempotencyKeyInUse,
     "INVOCATION_NOT_SETTLED": InvocationNotSettled,
@@ -257,7 +282,7 @@ _BY_CODE: dict[str, type[MercatoAPIError]] = {
 _BY_STATUS: dict[int, type[MercatoAPIError]] = {
     400: BadRequest,
     401: Unauthenticated,
-    402: InsufficientPoints,
+    402: PaymentRequired,
     403: Forbidden,
     404: NotFound,
     409: Conflict,
