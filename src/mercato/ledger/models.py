@@ -1,6 +1,7 @@
 """Ledger tables — design overview.
 
-- `LedgerAccount`: one per (owner, kind). Owners are account ids, or `platform` for the
+- `LedgerAccount`: one per (owner, kind) (a caller's `reserved` is no longer a row: it is the
+  sum of the caller's HELD reservations). Owners are account ids, or `platform` for the
   platform's `revenue` and `issuance`. `balance` is a cache of the sum of its entries; the
   database refuses a negative balance for every kind but `issuance`, the source of granted
   points, which goes negative by exactly the points issued.
@@ -8,8 +9,12 @@
 - `LedgerEntry`: one leg of a transfer, a signed amount on one ledger account (positive raises
   the balance). The legs of a transfer sum to zero. Transfers and entries are append-only:
   database triggers refuse UPDATE and DELETE.
-- `Reservation`: points held for one call (`reference` = the invocation id); it resolves once,
-  HELD → SETTLED | RELEASED, and a settled one may later become REFUNDED.
+- `Reservation`: one pending transfer, the points held for one call (`reference` = the
+  invocation id): created HELD with the debit of the caller's available points, it resolves
+  once, HELD → SETTLED (posted: its split credits the provider's earnings and platform revenue,
+  appended here and folded into their balances later) | RELEASED (voided: the points go back
+  to available); a settled one may later become REFUNDED (a `refund` transfer). A trigger
+  refuses any other change (decision 0595).
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ class LedgerAccount(Base):
     owner: Mapped[str] = mapped_column(String(40))
     kind: Mapped[str] = mapped_column(String(16))
     balance: Mapped[int] = mapped_column(BigInteger, default=0)
+    folded_through: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """`earnings` and `revenue`: the credit sequence number up to which the settled calls'
+    credits are folded into `balance` (decision 0595); 0 for the other kinds."""
 
 
 class LedgerTransfer(Base):
@@ -101,3 +109,6 @@ class Reservation(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    credit_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """Set when the reservation settles: the order in which its credits (`provider_amount` to
+    the provider's earnings, `platform_amount` to platform revenue) are folded (decision 0595)."""
