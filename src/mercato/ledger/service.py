@@ -337,31 +337,34 @@ def _account_column(column: Any, owner: Any, kind: AccountKind) -> Any:
 
 def exact_earnings(owner: Any) -> Any:
     """The exact earnings of `owner` (an expression): folded, plus the credits of its settled
-    calls numbered after its watermark."""
+    calls numbered above the fold's cursor (revenue's watermark: a fold moves every credit up to
+    it, so none of the owner's lies between its own watermark and the cursor)."""
     res = _RESERVATIONS.c
     folded = func.coalesce(_account_column(_ACCOUNTS.c.balance, owner, AccountKind.EARNINGS), 0)
-    through = func.coalesce(
-        _account_column(_ACCOUNTS.c.folded_through, owner, AccountKind.EARNINGS), 0
-    )
     unfolded = (
         select(func.coalesce(func.sum(res.provider_amount), 0))
-        .where(res.provider_account_id == owner, res.credit_seq > through)
+        .where(res.credit_seq > _cursor(), res.provider_account_id == owner)
         .scalar_subquery()
     )
     return folded + unfolded
 
 
+def _cursor() -> Any:
+    """The fold's cursor: platform revenue's watermark (0 before any fold)."""
+    return func.coalesce(
+        _account_column(_ACCOUNTS.c.folded_through, literal(PLATFORM), AccountKind.REVENUE), 0
+    )
+
+
 def exact_revenue() -> Any:
     """Platform revenue, exact (as `exact_earnings`)."""
     res = _RESERVATIONS.c
-    owner = literal(PLATFORM)
-    folded = func.coalesce(_account_column(_ACCOUNTS.c.balance, owner, AccountKind.REVENUE), 0)
-    through = func.coalesce(
-        _account_column(_ACCOUNTS.c.folded_through, owner, AccountKind.REVENUE), 0
+    folded = func.coalesce(
+        _account_column(_ACCOUNTS.c.balance, literal(PLATFORM), AccountKind.REVENUE), 0
     )
     unfolded = (
         select(func.coalesce(func.sum(res.platform_amount), 0))
-        .where(res.credit_seq > through)
+        .where(res.credit_seq > _cursor())
         .scalar_subquery()
     )
     return folded + unfolded

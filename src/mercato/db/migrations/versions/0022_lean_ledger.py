@@ -14,8 +14,9 @@ figure:
   amount, the caller, the split). So are the callers' `reserved` ledger accounts: reserved is now
   the sum of the HELD reservations, which equalled their balances (a `verify-ledger` invariant).
   Grants, refunds and payouts stay as they are.
-- Indexes: the HELD reservations by caller (partial), the credits by provider and number, and
-  the credit numbers (unique), all partial.
+- Indexes: the caller's reservations by (caller, state) in place of the caller index (the HELD
+  sum and the history read it), and the credit numbers (unique, partial: the fold and the exact
+  reads scan the credits above the fold's cursor by it).
 - A trigger refuses every change of a reservation but HELD → SETTLED | RELEASED and
   SETTLED → REFUNDED (the resolution's own columns), so a second resolution is impossible
   whatever the code does.
@@ -133,20 +134,10 @@ def upgrade() -> None:
         ]
     )
     op.execute("DELETE FROM ledger_accounts WHERE kind = 'reserved'")
-    op.create_index(
-        "ix_reservations_held",
-        "reservations",
-        ["account_id"],
-        postgresql_where=sa.text("state = 'HELD'"),
-        sqlite_where=sa.text("state = 'HELD'"),
-    )
-    op.create_index(
-        "ix_reservations_credits",
-        "reservations",
-        ["provider_account_id", "credit_seq"],
-        postgresql_where=sa.text("credit_seq IS NOT NULL"),
-        sqlite_where=sa.text("credit_seq IS NOT NULL"),
-    )
+    # One index by caller serves the HELD sum (reserved) and the caller's history: it replaces
+    # the caller index of 0002.
+    op.drop_index("ix_reservations_account_id", "reservations")
+    op.create_index("ix_reservations_account_id_state", "reservations", ["account_id", "state"])
     op.create_index(
         "ux_reservations_credit_seq",
         "reservations",
@@ -243,8 +234,8 @@ def downgrade() -> None:
         "FROM ledger_entries AS e WHERE e.ledger_account_id = ledger_accounts.id)"
     )
     op.drop_index("ux_reservations_credit_seq", "reservations")
-    op.drop_index("ix_reservations_credits", "reservations")
-    op.drop_index("ix_reservations_held", "reservations")
+    op.drop_index("ix_reservations_account_id_state", "reservations")
+    op.create_index("ix_reservations_account_id", "reservations", ["account_id"])
     if _pg():
         op.execute("DROP SEQUENCE ledger_credit_seq")
     op.drop_column("ledger_accounts", "folded_through")
