@@ -144,7 +144,7 @@ def _populate(engine: Engine) -> None:
     with engine.begin() as conn:
         for n, account in enumerate((C1, C2, P)):
             conn.execute(
-                text("INSERT INTO accounts VALUES (:i, :e, NULL, 0, :t)"),
+                text("INSERT INTO accounts VALUES (:i, :e, NULL, false, :t)"),
                 {"i": account, "e": f"{account}@example.com", "t": T0 + dt.timedelta(hours=n)},
             )
         old = _OldLedger(conn)
