@@ -21,8 +21,15 @@ A transfer (`transfer_steps`) is, in this order:
 3. The transfer row, then its entries (one per moved leg, with the account ids the moves
    returned).
 
-The append-only triggers, the deferred balanced-transfer check (PostgreSQL) and the CHECKs
-(non-negative balances, the settled split) still hold everything these statements write.
+A call's points are one pending transfer (decision 0595): `reserve_steps` debits the caller's
+available and inserts the reservation (`moves`, no transfer row); `settle_steps` posts it in one
+UPDATE that records the split and numbers its credits, which `service.fold` adds to the
+provider's earnings and platform revenue later; `release_steps` voids it (the points back to
+available). Refunds, grants and payouts are transfers.
+
+The append-only triggers, the deferred balanced-transfer check (PostgreSQL), the reservation
+trigger (a resolution happens once) and the CHECKs (non-negative balances, the settled split)
+still hold everything these statements write.
 """
 
 from __future__ import annotations

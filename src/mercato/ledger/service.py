@@ -9,7 +9,9 @@ Core statements in `mercato.ledger.rules`, and run by `mercato.db.guarded`: on P
 statement (a data-modifying CTE that locks the transfer's accounts in id order, moves each
 guarded debit only when the balance covers it, and aborts whole on a refusal), on SQLite the
 same statements one after another under the writer lock BEGIN IMMEDIATE holds. A reservation
-resolves once: its state moves by `UPDATE … WHERE state = :expected`.
+resolves once: its state moves by `UPDATE … WHERE state = :expected` (and a trigger refuses any
+other change). A reservation is one pending transfer and a settle writes no balance row: the
+credits are folded later (`fold`) and every read is folded + not folded yet (decision 0595).
 """
 
 from __future__ import annotations
