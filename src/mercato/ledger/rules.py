@@ -318,7 +318,9 @@ def _next_credit(refs: Refs) -> Any:
     if refs.dialect == "postgresql":
         return func.nextval(inline(CREDIT_SEQUENCE))
     credits = RESERVATIONS.alias("credits")
-    return select(func.coalesce(func.max(credits.c.credit_seq), 0) + 1).scalar_subquery()
+    highest = func.coalesce(func.max(credits.c.credit_seq), 0) + 1
+    # The WHERE lets SQLite read the maximum off the partial index of the credit numbers.
+    return select(highest).where(credits.c.credit_seq.is_not(None)).scalar_subquery()
 
 
 def settle_steps(

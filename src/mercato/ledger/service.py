@@ -413,7 +413,9 @@ def fold(session: Session) -> int:
         )
     ).scalar()
     low = int(cursor or 0)
-    high = session.execute(select(func.max(res.credit_seq))).scalar()
+    high = session.execute(
+        select(func.max(res.credit_seq)).where(res.credit_seq.is_not(None))  # the partial index
+    ).scalar()
     if high is None or int(high) <= low:
         return 0
     rows = session.execute(
