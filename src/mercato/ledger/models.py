@@ -1,6 +1,7 @@
 """Ledger tables — design overview.
 
-- `LedgerAccount`: one per (owner, kind). Owners are account ids, or `platform` for the
+- `LedgerAccount`: one per (owner, kind) (a caller's `reserved` is no longer a row: it is the
+  sum of the caller's HELD reservations). Owners are account ids, or `platform` for the
   platform's `revenue` and `issuance`. `balance` is a cache of the sum of its entries; the
   database refuses a negative balance for every kind but `issuance`, the source of granted
   points, which goes negative by exactly the points issued.
@@ -8,15 +9,19 @@
 - `LedgerEntry`: one leg of a transfer, a signed amount on one ledger account (positive raises
   the balance). The legs of a transfer sum to zero. Transfers and entries are append-only:
   database triggers refuse UPDATE and DELETE.
-- `Reservation`: points held for one call (`reference` = the invocation id); it resolves once,
-  HELD → SETTLED | RELEASED, and a settled one may later become REFUNDED.
+- `Reservation`: one pending transfer, the points held for one call (`reference` = the
+  invocation id): created HELD with the debit of the caller's available points, it resolves
+  once, HELD → SETTLED (posted: its split credits the provider's earnings and platform revenue,
+  appended here and folded into their balances later) | RELEASED (voided: the points go back
+  to available); a settled one may later become REFUNDED (a `refund` transfer). A trigger
+  refuses any other change (decision 0595).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mercato.db.base import Base, UTCDateTime
@@ -54,6 +59,9 @@ class LedgerAccount(Base):
     owner: Mapped[str] = mapped_column(String(40))
     kind: Mapped[str] = mapped_column(String(16))
     balance: Mapped[int] = mapped_column(BigInteger, default=0)
+    folded_through: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """`earnings` and `revenue`: the credit sequence number up to which the settled calls'
+    credits are folded into `balance` (decision 0595); 0 for the other kinds."""
 
 
 class LedgerTransfer(Base):
@@ -88,10 +96,14 @@ class Reservation(Base):
             "AND provider_amount + platform_amount = amount)",
             name="split_adds_up",
         ),
+        Index("ix_reservations_account_id_state", "account_id", "state"),
+        # Migration 0022 also makes `ux_reservations_credit_seq`, unique on `credit_seq` where it
+        # is set; not declared here: the guarded compiler reads the table's unique indexes as
+        # whole-table keys.
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
     reference: Mapped[str] = mapped_column(String(100), unique=True)
     amount: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(16))
@@ -101,3 +113,6 @@ class Reservation(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    credit_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """Set when the reservation settles: the order in which its credits (`provider_amount` to
+    the provider's earnings, `platform_amount` to platform revenue) are folded (decision 0595)."""

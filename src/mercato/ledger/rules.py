@@ -21,8 +21,15 @@ A transfer (`transfer_steps`) is, in this order:
 3. The transfer row, then its entries (one per moved leg, with the account ids the moves
    returned).
 
-The append-only triggers, the deferred balanced-transfer check (PostgreSQL) and the CHECKs
-(non-negative balances, the settled split) still hold everything these statements write.
+A call's points are one pending transfer (decision 0595): `reserve_steps` debits the caller's
+available and inserts the reservation (`moves`, no transfer row); `settle_steps` posts it in one
+UPDATE that records the split and numbers its credits, which `service.fold` adds to the
+provider's earnings and platform revenue later; `release_steps` voids it (the points back to
+available). Refunds, grants and payouts are transfers.
+
+The append-only triggers, the deferred balanced-transfer check (PostgreSQL), the reservation
+trigger (a resolution happens once) and the CHECKs (non-negative balances, the settled split)
+still hold everything these statements write.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, String, Table, and_, or_, select, union_all
+from sqlalchemy import BigInteger, Integer, String, Table, and_, func, or_, select, union_all
 from sqlalchemy import update as sa_update
 
 from mercato.db.base import UTCDateTime
@@ -217,12 +224,32 @@ def _entries(prefix: str, legs: Sequence[Leg]) -> Any:
 # --- the rules ------------------------------------------------------------------------------
 
 
+def moves(prefix: str, legs: Sequence[Leg]) -> list[Step]:
+    """Balance moves that are not a transfer of their own: the debit or credit of a caller's
+    available points that a pending transfer (a reservation) records (decision 0595). One
+    step per leg, as in `transfer_steps` (step `<prefix>_leg<i>`, account id
+    `<prefix>_account<i>`); no transfer row and no entries."""
+    steps = []
+    for i, leg in enumerate(legs):
+        name = f"{prefix}_leg{i}"
+        if leg.guarded:
+            steps.append(
+                Step(name, _debit(leg), Empty.REFUSE, code=leg.refusal, detail=_short_detail(leg))
+            )
+        else:
+            account = ((f"{prefix}_account{i}", "lac"),)
+            steps.append(Step(name, _upsert(prefix, i, leg), Empty.SKIP, fresh=account))
+    return steps
+
+
 def reserve_steps(
     prefix: str, *, reservation_id: Expr, account_id: Expr, amount: Expr, reference: Expr, now: Expr
 ) -> list[Step]:
-    """Hold `amount` of the account's available points for the call `reference`: the
-    reservation row (its unique reference refuses a second one), then the `reserve` transfer
-    (available → reserved; refused `SHORT` when available is short)."""
+    """Hold `amount` of the account's available points for the call `reference`: the debit of
+    the caller's available points (refused `SHORT` when available is short; first, so a refusal
+    leaves nothing written before it, even on SQLite), then the reservation row that records
+    it, one pending transfer (its unique reference refuses a second one). The caller's reserved
+    points are the sum of its HELD reservations."""
 
     def hold(refs: Refs) -> Any:
         values = {
@@ -236,18 +263,8 @@ def reserve_steps(
         return insert_select(refs, RESERVATIONS, values).returning(RESERVATIONS.c.id)
 
     return [
+        *moves(prefix, [Leg(account_id, AccountKind.AVAILABLE, True, amount)]),
         Step(f"{prefix}_hold", hold),
-        *transfer_steps(
-            prefix,
-            kind=TransferKind.RESERVE,
-            reference=reservation_id,
-            memo=reference,
-            now=now,
-            legs=[
-                Leg(account_id, AccountKind.AVAILABLE, True, amount),
-                Leg(account_id, AccountKind.RESERVED, False, amount),
-            ],
-        ),
     ]
 
 
@@ -289,12 +306,31 @@ def _resolve(
     return Step(name, build, Empty.REFUSE, code=code, detail=_state_detail(reservation_id))
 
 
+CREDIT_SEQUENCE = "ledger_credit_seq"
+"""PostgreSQL: the sequence that numbers settled reservations' credits (migration 0022)."""
+
+
+def _next_credit(refs: Refs) -> Any:
+    """The settling reservation's credit number. PostgreSQL: the sequence; its numbers are
+    handed out under the money lock held shared, so a fold that holds it exclusively sees every
+    number below the highest committed (`service.fold`). SQLite: one more than the highest,
+    under the writer lock BEGIN IMMEDIATE holds."""
+    if refs.dialect == "postgresql":
+        return func.nextval(inline(CREDIT_SEQUENCE))
+    credits = RESERVATIONS.alias("credits")
+    highest = func.coalesce(func.max(credits.c.credit_seq), 0) + 1
+    # The WHERE lets SQLite read the maximum off the partial index of the credit numbers.
+    return select(highest).where(credits.c.credit_seq.is_not(None)).scalar_subquery()
+
+
 def settle_steps(
     prefix: str, *, reservation_id: Expr, provider_account_id: Expr, share_bps: Expr, now: Expr
 ) -> list[Step]:
-    """Charge a HELD reservation, once: the provider's share (rounded down; amounts are >= 0)
-    to its earnings, the rest to platform revenue. Refused `RESOLVED` when the reservation is
-    not HELD (or missing), `INVARIANT` when the reserved balance is short of it."""
+    """Post a HELD reservation, once: one UPDATE that records the split (the provider's share,
+    rounded down, and the rest to the platform; a CHECK holds them to the amount) and numbers
+    its credits (`credit_seq`). The credits are folded into the provider's earnings and
+    platform revenue later (`service.fold`); no balance row is written here, so no row is
+    locked by every settle. Refused `RESOLVED` when the reservation is not HELD (or missing)."""
     res = RESERVATIONS.c
     name = f"{prefix}_settle"
 
@@ -306,40 +342,14 @@ def settle_steps(
             "provider_amount": provider_amount,
             "platform_amount": res.amount - provider_amount,
             "resolved_at": now(refs),
+            "credit_seq": _next_credit(refs),
         }
 
-    row = _row(name)
-    return [
-        _resolve(name, reservation_id, ReservationState.HELD, RESOLVED, values),
-        *transfer_steps(
-            prefix,
-            kind=TransferKind.SETTLE,
-            reference=row("id"),
-            memo=row("reference"),
-            now=now,
-            legs=[
-                Leg(row("account_id"), AccountKind.RESERVED, True, row("amount"), INVARIANT),
-                Leg(
-                    row("provider_account_id"),
-                    AccountKind.EARNINGS,
-                    False,
-                    row("provider_amount"),
-                    may_be_zero=True,
-                ),
-                Leg(
-                    const(PLATFORM, String),
-                    AccountKind.REVENUE,
-                    False,
-                    row("platform_amount"),
-                    may_be_zero=True,
-                ),
-            ],
-        ),
-    ]
+    return [_resolve(name, reservation_id, ReservationState.HELD, RESOLVED, values)]
 
 
 def release_steps(prefix: str, *, reservation_id: Expr, now: Expr) -> list[Step]:
-    """Return a HELD reservation to the caller's available points, once (refusals as
+    """Void a HELD reservation, once: its points back to the caller's available (refusals as
     `settle_steps`)."""
     name = f"{prefix}_release"
 
@@ -352,17 +362,7 @@ def release_steps(prefix: str, *, reservation_id: Expr, now: Expr) -> list[Step]
     row = _row(name)
     return [
         _resolve(name, reservation_id, ReservationState.HELD, RESOLVED, values),
-        *transfer_steps(
-            prefix,
-            kind=TransferKind.RELEASE,
-            reference=row("id"),
-            memo=row("reference"),
-            now=now,
-            legs=[
-                Leg(row("account_id"), AccountKind.RESERVED, True, row("amount"), INVARIANT),
-                Leg(row("account_id"), AccountKind.AVAILABLE, False, row("amount")),
-            ],
-        ),
+        *moves(prefix, [Leg(row("account_id"), AccountKind.AVAILABLE, False, row("amount"))]),
     ]
 
 

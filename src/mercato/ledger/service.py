@@ -9,7 +9,9 @@ Core statements in `mercato.ledger.rules`, and run by `mercato.db.guarded`: on P
 statement (a data-modifying CTE that locks the transfer's accounts in id order, moves each
 guarded debit only when the balance covers it, and aborts whole on a refusal), on SQLite the
 same statements one after another under the writer lock BEGIN IMMEDIATE holds. A reservation
-resolves once: its state moves by `UPDATE … WHERE state = :expected`.
+resolves once: its state moves by `UPDATE … WHERE state = :expected` (and a trigger refuses any
+other change). A reservation is one pending transfer and a settle writes no balance row: the
+credits are folded later (`fold`) and every read is folded + not folded yet (decision 0595).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, select
+from sqlalchemy import Row, String, Table, bindparam, func, literal, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -228,8 +232,13 @@ def release(
 
 
 def refund(session: Session, *, reservation_id: str, now: dt.datetime) -> None:
-    """Reverse both legs of a settled reservation: the full gross amount back to the caller."""
+    """Reverse both legs of a settled reservation: the full gross amount back to the caller.
+
+    It folds every credit first (`fold`, which on PostgreSQL holds the money lock exclusively
+    until the caller's transaction ends), so the guarded debits of the provider's earnings and
+    platform revenue see their exact balances."""
     params = {"reservation_id": reservation_id, "now": now}
+    fold(session)
     _resolve_with(session, _REFUND, params, savepoint=True)
 
 
@@ -291,6 +300,7 @@ def payout(
     def short(balance: int, wanted: int) -> MercatoError:
         return InsufficientPoints(f"{wanted} points needed, {balance} earned", available=balance)
 
+    fold(session)  # the debit sees the exact earnings (as `refund`)
     with session.begin_nested():
         return _post(
             session,
@@ -309,15 +319,141 @@ def payout(
 
 
 def balances(session: Session, *, account_id: str) -> Balances:
-    """Return the account's available, reserved and earned points."""
+    """Return the account's available, reserved and earned points, exact at any moment: one
+    statement (one snapshot) reads available, the sum of its HELD reservations, and its
+    earnings as folded plus the credits not folded yet."""
+    row = session.execute(_BALANCES, {"owner": account_id}).one()
+    return Balances(available=int(row[0]), reserved=int(row[1]), earnings=int(row[2]))
+
+
+_ACCOUNTS = cast(Table, LedgerAccount.__table__)
+
+
+def _account_column(column: Any, owner: Any, kind: AccountKind) -> Any:
+    return (
+        select(column)
+        .where(_ACCOUNTS.c.owner == owner, _ACCOUNTS.c.kind == kind.value)
+        .scalar_subquery()
+    )
+
+
+def exact_earnings(owner: Any) -> Any:
+    """The exact earnings of `owner` (an expression): folded, plus the credits of its settled
+    calls numbered above the fold's cursor (revenue's watermark: a fold moves every credit up to
+    it, so none of the owner's lies between its own watermark and the cursor)."""
+    res = _RESERVATIONS.c
+    folded = func.coalesce(_account_column(_ACCOUNTS.c.balance, owner, AccountKind.EARNINGS), 0)
+    unfolded = (
+        select(func.coalesce(func.sum(res.provider_amount), 0))
+        .where(res.credit_seq > _cursor(), res.provider_account_id == owner)
+        .scalar_subquery()
+    )
+    return folded + unfolded
+
+
+def _cursor() -> Any:
+    """The fold's cursor: platform revenue's watermark (0 before any fold)."""
+    return func.coalesce(
+        _account_column(_ACCOUNTS.c.folded_through, literal(PLATFORM), AccountKind.REVENUE), 0
+    )
+
+
+def exact_revenue() -> Any:
+    """Platform revenue, exact (as `exact_earnings`)."""
+    res = _RESERVATIONS.c
+    folded = func.coalesce(
+        _account_column(_ACCOUNTS.c.balance, literal(PLATFORM), AccountKind.REVENUE), 0
+    )
+    unfolded = (
+        select(func.coalesce(func.sum(res.platform_amount), 0))
+        .where(res.credit_seq > _cursor())
+        .scalar_subquery()
+    )
+    return folded + unfolded
+
+
+def _held(owner: Any) -> Any:
+    res = _RESERVATIONS.c
+    return (
+        select(func.coalesce(func.sum(res.amount), 0))
+        .where(res.account_id == owner, res.state == ReservationState.HELD.value)
+        .scalar_subquery()
+    )
+
+
+_OWNER = bindparam("owner", type_=String)
+_BALANCES = select(
+    func.coalesce(_account_column(_ACCOUNTS.c.balance, _OWNER, AccountKind.AVAILABLE), 0),
+    _held(_OWNER),
+    exact_earnings(_OWNER),
+)
+_PLATFORM = select(
+    exact_revenue(),
+    func.coalesce(_account_column(_ACCOUNTS.c.balance, literal(PLATFORM), AccountKind.ISSUANCE), 0),
+)
+
+
+def fold(session: Session) -> int:
+    """Fold every settled call's credits not folded yet into the provider's earnings and the
+    platform's revenue balances; return how many credits it folded (decision 0595).
+
+    One pass in the caller's transaction: the credits numbered above revenue's watermark (the
+    fold's cursor) up to the highest, summed per provider; each provider's earnings that gained
+    something and platform revenue get the sums added and their watermark set to that highest
+    number. Balances read exact before, during and after: a read is folded + not folded, in one
+    statement. On PostgreSQL it first takes the money lock exclusively (every money statement
+    holds it shared, and numbers credits only under it), so no credit below the highest number
+    it sees can still commit after it: none is skipped. On SQLite BEGIN IMMEDIATE serialises."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": guarded.MONEY_LOCK})
+    res = _RESERVATIONS.c
+    cursor = session.execute(
+        select(_ACCOUNTS.c.folded_through).where(
+            _ACCOUNTS.c.owner == PLATFORM, _ACCOUNTS.c.kind == AccountKind.REVENUE.value
+        )
+    ).scalar()
+    low = int(cursor or 0)
+    high = session.execute(
+        select(func.max(res.credit_seq)).where(res.credit_seq.is_not(None))  # the partial index
+    ).scalar()
+    if high is None or int(high) <= low:
+        return 0
     rows = session.execute(
-        select(LedgerAccount.kind, LedgerAccount.balance).where(LedgerAccount.owner == account_id)
+        select(
+            res.provider_account_id,
+            func.sum(res.provider_amount),
+            func.sum(res.platform_amount),
+            func.count(),
+        )
+        .where(res.credit_seq > low, res.credit_seq <= high)
+        .group_by(res.provider_account_id)
+        .order_by(res.provider_account_id)
     ).all()
-    by_kind = {kind: balance for kind, balance in rows}
-    return Balances(
-        available=by_kind.get(AccountKind.AVAILABLE.value, 0),
-        reserved=by_kind.get(AccountKind.RESERVED.value, 0),
-        earnings=by_kind.get(AccountKind.EARNINGS.value, 0),
+    folded = 0
+    revenue = 0
+    for provider, earned, platform, count in rows:
+        folded += int(count)
+        revenue += int(platform or 0)
+        if earned:
+            _fold_into(session, provider, AccountKind.EARNINGS, int(earned), int(high))
+    _fold_into(session, PLATFORM, AccountKind.REVENUE, revenue, int(high))
+    return folded
+
+
+def _fold_into(session: Session, owner: str, kind: AccountKind, points: int, high: int) -> None:
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(_ACCOUNTS).values(
+        id=new_id("lac"), owner=owner, kind=kind.value, balance=points, folded_through=high
+    )
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[_ACCOUNTS.c.owner, _ACCOUNTS.c.kind],
+            set_={
+                "balance": _ACCOUNTS.c.balance + stmt.excluded.balance,
+                "folded_through": stmt.excluded.folded_through,
+            },
+        )
     )
 
 
@@ -340,14 +476,9 @@ def short_of_points(balance: int, wanted: int) -> MercatoError:
 
 
 def platform_balances(session: Session) -> dict[str, int]:
-    """Return the platform's `revenue` and `issuance` balances."""
-    rows = session.execute(
-        select(LedgerAccount.kind, LedgerAccount.balance).where(LedgerAccount.owner == PLATFORM)
-    ).all()
-    found = {kind: balance for kind, balance in rows}
-    return {
-        kind.value: found.get(kind.value, 0) for kind in (AccountKind.REVENUE, AccountKind.ISSUANCE)
-    }
+    """Return the platform's `revenue` (exact: folded + not folded yet) and `issuance`."""
+    revenue, issuance = session.execute(_PLATFORM).one()
+    return {AccountKind.REVENUE.value: int(revenue), AccountKind.ISSUANCE.value: int(issuance)}
 
 
 def get_reservation(session: Session, *, reservation_id: str) -> ReservationInfo:

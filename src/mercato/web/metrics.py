@@ -41,7 +41,7 @@ _STUCK = text(
     "SELECT COUNT(*) FROM invocations "
     "WHERE state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING') AND stuck_at IS NOT NULL"
 )
-_RESERVED = text("SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE kind = 'reserved'")
+_RESERVED = text("SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE state = 'HELD'")
 
 
 class DatabaseCollector(Collector):

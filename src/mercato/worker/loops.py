@@ -14,7 +14,8 @@ A row is claimed only when a slot is free for it, so its step starts at once and
 Stuck calls (decision 0201) have a lane of their own, with slots of their own: the fresh loops
 never claim them, so a pile of stuck calls, each perhaps waiting out a timeout at a dead address,
 cannot delay the reconciliation of any other call. Artifact ingestion and refund retries are
-sync code and run on a thread (`asyncio.to_thread`), never on the loop.
+sync code and run on a thread (`asyncio.to_thread`), never on the loop; so does the fold of
+settled calls' credits into earnings and revenue (decision 0595).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
 from mercato.invocations import service as invocations
 from mercato.invocations.schemas import ACTIVE_STATES, State
+from mercato.ledger import service as ledger
 from mercato.providers import service as providers
 from mercato.settings import Settings
 from mercato.worker import refunds
@@ -291,6 +293,20 @@ async def refunds_once(runtime: Runtime) -> int:
     return await asyncio.to_thread(refunds.run_once, runtime)
 
 
+def _fold(runtime: Runtime) -> int:
+    with runtime.db.transaction() as session:
+        return ledger.fold(session)
+
+
+async def folds_once(runtime: Runtime) -> int:
+    """(g) Fold settled calls' credits into earnings and revenue (decision 0595; balances read
+    exact without it, this keeps the not-yet-folded part short). Sync code, on a thread. It
+    folds everything due in one pass and is bookkeeping, not a call's work: it counts 0, so a
+    worker with nothing else to do stays idle (and paced)."""
+    await asyncio.to_thread(_fold, runtime)
+    return 0
+
+
 Loop = Callable[[Runtime], Coroutine[Any, Any, int]]
 
 LOOPS: tuple[Loop, ...] = (
@@ -299,6 +315,7 @@ LOOPS: tuple[Loop, ...] = (
     redispatch_once,
     artifacts_once,
     refunds_once,
+    folds_once,
 )
 STUCK_LOOPS: tuple[Loop, ...] = (stuck_once,)
 

@@ -26,6 +26,7 @@ from mercato.worker.loops import (
     Loop,
     Slots,
     artifacts_once,
+    folds_once,
     fresh_slots,
     refunds_once,
     stuck_slots,
@@ -74,7 +75,7 @@ async def _serve(runtime: Runtime, idle_seconds: float, stop: threading.Event) -
             group.create_task(fresh, name="fresh-lane")
             stuck = _lane(runtime, STUCK_CLAIMING, stuck_slots(settings), idle_seconds, stopping)
             group.create_task(stuck, name="stuck-lane")
-            for once in (artifacts_once, refunds_once):
+            for once in (artifacts_once, refunds_once, folds_once):
                 group.create_task(_repeat(runtime, once, idle_seconds, stopping))
     finally:
         stop.set()

@@ -15,7 +15,9 @@ from mercato.db.plans import Run
 from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
 
-Step = tuple[guarded.Program, dict[str, Any]]
+Step = tuple[guarded.Program | None, dict[str, Any]]
+"""A program and its inputs; None: fold every settled call's credit (as `ledger.refund` does
+before its program runs, decision 0595)."""
 
 
 def _script(caller: str, provider: str, tag: str) -> list[Step]:
@@ -50,6 +52,7 @@ def _script(caller: str, provider: str, tag: str) -> list[Step]:
         resolve(ledger._RELEASE, "b"),
         resolve(ledger._RELEASE, "b"),  # refused: already released
         settle("b", 5000),  # refused: released
+        (None, {}),
         resolve(ledger._REFUND, "a"),
         resolve(ledger._REFUND, "a"),  # refused: already refunded
         reserve("c", 100),
@@ -80,7 +83,15 @@ def test_sync_and_async_sides_run_the_money_programs_alike(runtime: Runtime) -> 
     with runtime.db.read() as session:
         platform_before = ledger.platform_balances(session)
 
-    def sync_step(program: guarded.Program, params: dict[str, Any]) -> Any:
+    def fold() -> Any:
+        with runtime.db.transaction() as session:
+            ledger.fold(session)
+        return ("folded",)
+
+    def sync_step(program: guarded.Program | None, params: dict[str, Any]) -> Any:
+        if program is None:
+            return fold()
+
         def run() -> Any:
             with runtime.db.statement() as session:
                 return guarded.run(session, program, params)
@@ -94,6 +105,9 @@ def test_sync_and_async_sides_run_the_money_programs_alike(runtime: Runtime) -> 
     async def async_script() -> list[Any]:
         answers = []
         for program, params in _script(*accounts["async"], "x"):
+            if program is None:
+                answers.append(fold())
+                continue
             try:
                 async with runtime.adb.statement() as conn:
                     answers.append(("done", await conn.execute(Run(program, params))))

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from mercato.invocations.models import Invocation
 from mercato.invocations.schemas import ACTIVE_STATES
 from mercato.ledger import service as ledger
-from mercato.ledger.models import LedgerAccount, Reservation
+from mercato.ledger.models import Reservation
 from mercato.quotas import service as quotas
 from mercato.quotas.models import QuotaWindow
 from mercato.quotas.schemas import Policy
@@ -110,19 +110,13 @@ class Checker:
             sums[(account_id, settlement)] += price * count
             if settlement == "SETTLED":
                 earned += (price * bps // 10_000) * count
-        balances: dict[tuple[str, str], int] = {
-            (owner, kind): balance
-            for owner, kind, balance in session.execute(
-                select(LedgerAccount.owner, LedgerAccount.kind, LedgerAccount.balance)
-            ).tuples()
-        }
+        # The ledger's own exact reads: reserved is the HELD reservations, earnings are folded
+        # plus not folded yet (decision 0595).
         for caller in self.world.callers:
             held = sums[(caller.account_id, "PENDING")]
             spent = sums[(caller.account_id, "SETTLED")]
-            have = (
-                balances.get((caller.account_id, "available"), 0),
-                balances.get((caller.account_id, "reserved"), 0),
-            )
+            mine = ledger.balances(session, account_id=caller.account_id)
+            have = (mine.available, mine.reserved)
             want = (caller.granted - held - spent, held)
             if have != want:
                 self.recorder.violate(
@@ -133,7 +127,7 @@ class Checker:
                 )
             if min(have) < 0:
                 self.recorder.violate("no-negative-balance", f"{caller.name}: {have}", caller.name)
-        earnings = balances.get((self.world.provider_account_id, "earnings"), 0)
+        earnings = ledger.balances(session, account_id=self.world.provider_account_id).earnings
         if earnings != earned:
             self.recorder.violate(
                 "provider-earnings-match-calls",

@@ -30,6 +30,7 @@ from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import Address
 from mercato.ledger import service as ledger
 from mercato.ledger.errors import InsufficientPoints, ReservationAlreadyResolved
+from mercato.ledger.lines import lines
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer, Reservation
 from mercato.ledger.schemas import PLATFORM, AccountKind, TransferKind
 from mercato.quotas import service as quotas
@@ -232,13 +233,14 @@ def test_a_resolved_reservation_refuses_with_its_state(runtime: Runtime, side: s
 
 
 def _entries(runtime: Runtime, reservation_id: str, kind: TransferKind) -> set[tuple[str, int]]:
-    """(owner:kind, amount) of the entries of the reservation's `kind` transfer."""
+    """(owner:kind, amount) of the ledger lines of the reservation's `kind` movement (a
+    reservation records its reserve and settle legs itself: `mercato.ledger.lines`)."""
+    line = lines()
     with runtime.db.read() as session:
         rows = session.execute(
-            select(LedgerAccount.owner, LedgerAccount.kind, LedgerEntry.amount)
-            .join(LedgerEntry, LedgerEntry.ledger_account_id == LedgerAccount.id)
-            .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-            .where(LedgerTransfer.reference == reservation_id, LedgerTransfer.kind == kind.value)
+            select(line.c.owner, line.c.account_kind, line.c.amount).where(
+                line.c.reference == reservation_id, line.c.transfer_kind == kind.value
+            )
         ).all()
     return {(f"{owner}:{kind}", amount) for owner, kind, amount in rows}
 

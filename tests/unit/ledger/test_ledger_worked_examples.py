@@ -20,7 +20,8 @@ from mercato.ledger.errors import (
     ReservationNotFound,
     ReservationNotSettled,
 )
-from mercato.ledger.models import LedgerEntry, LedgerTransfer, Reservation
+from mercato.ledger.lines import lines
+from mercato.ledger.models import LedgerTransfer, Reservation
 from mercato.ledger.schemas import AccountKind, ReservationState, TransferKind
 
 
@@ -113,15 +114,13 @@ def test_settle_posts_three_legs_that_sum_to_zero(db: Database) -> None:
     _grant(db, caller, 100)
     held = _reserve(db, caller, 10, "inv_1")
     _settle(db, held, provider, 7000)
+    line = lines()
     with db.read() as session:
-        transfer = session.execute(
-            select(LedgerTransfer).where(
-                LedgerTransfer.reference == held, LedgerTransfer.kind == "settle"
-            )
-        ).scalar_one()
         legs = sorted(
             session.execute(
-                select(LedgerEntry.amount).where(LedgerEntry.transfer_id == transfer.id)
+                select(line.c.amount).where(
+                    line.c.reference == held, line.c.transfer_kind == "settle"
+                )
             ).scalars()
         )
     assert legs == [-10, 3, 7]

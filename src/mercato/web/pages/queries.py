@@ -14,7 +14,7 @@ from mercato.accounts.models import Account
 from mercato.catalog.models import Hold, Listing, Version
 from mercato.invocations.models import Invocation
 from mercato.invocations.schemas import public_status
-from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer
+from mercato.ledger.lines import lines
 from mercato.providers.models import ProviderConnection
 
 
@@ -94,18 +94,17 @@ class EarningLine:
 def version_earnings(
     session: Session, *, version_id: str, provider_id: str, limit: int = 50
 ) -> list[EarningLine]:
-    """The provider's earnings ledger entries from calls of one version, newest first."""
+    """The provider's earnings ledger lines from calls of one version, newest first."""
+    line = lines()
     rows = session.execute(
-        select(LedgerTransfer.created_at, LedgerTransfer.kind, LedgerEntry.amount, Invocation.id)
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .join(Invocation, Invocation.reservation_id == LedgerTransfer.reference)
+        select(line.c.created_at, line.c.transfer_kind, line.c.amount, Invocation.id)
+        .join(Invocation, Invocation.reservation_id == line.c.reference)
         .where(
-            LedgerAccount.owner == provider_id,
-            LedgerAccount.kind == "earnings",
+            line.c.owner == provider_id,
+            line.c.account_kind == "earnings",
             Invocation.version_id == version_id,
         )
-        .order_by(LedgerTransfer.created_at.desc(), LedgerEntry.id.desc())
+        .order_by(line.c.created_at.desc(), line.c.line_id.desc())
         .limit(limit)
     ).all()
     return [EarningLine(*row) for row in rows]
@@ -167,14 +166,13 @@ def review_queue(session: Session) -> list[tuple[Listing, Version]]:
 
 def version_earned(session: Session, *, version_id: str, provider_id: str) -> int:
     """The provider's net earnings from calls of one version (settlements less refunds)."""
+    line = lines()
     total = session.scalar(
-        select(func.coalesce(func.sum(LedgerEntry.amount), 0))
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .join(Invocation, Invocation.reservation_id == LedgerTransfer.reference)
+        select(func.coalesce(func.sum(line.c.amount), 0))
+        .join(Invocation, Invocation.reservation_id == line.c.reference)
         .where(
-            LedgerAccount.owner == provider_id,
-            LedgerAccount.kind == "earnings",
+            line.c.owner == provider_id,
+            line.c.account_kind == "earnings",
             Invocation.version_id == version_id,
         )
     )
@@ -204,26 +202,20 @@ def call_history(session: Session, *, account_id: str, limit: int = 50) -> list[
     """The account's history, one line per call, newest first (decision 0562): the caller's
     legs of one call share the reservation as their reference; each other transfer is a line
     of its own. The platform's own legs are not shown."""
-    mine = (
-        select(LedgerEntry.id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .where(LedgerAccount.owner == account_id, LedgerAccount.kind.in_(_SHOWN_KINDS))
-    )
+    line = lines()
+    mine = (line.c.owner == account_id) & line.c.account_kind.in_(_SHOWN_KINDS)
     key = case(
         (
-            (LedgerTransfer.kind.in_(_CALL_KINDS)) & (LedgerAccount.kind != "earnings"),
-            func.coalesce(LedgerTransfer.reference, LedgerTransfer.id),
+            (line.c.transfer_kind.in_(_CALL_KINDS)) & (line.c.account_kind != "earnings"),
+            func.coalesce(line.c.reference, line.c.transfer_id),
         ),
-        else_=LedgerTransfer.id,
+        else_=line.c.transfer_id,
     ).label("item")
     base = (
-        select(key, func.max(LedgerTransfer.created_at).label("last"))
-        .select_from(LedgerEntry)
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .where(LedgerEntry.id.in_(mine))
+        select(key, func.max(line.c.created_at).label("last"))
+        .where(mine)
         .group_by(key)
-        .order_by(func.max(LedgerTransfer.created_at).desc(), key.desc())
+        .order_by(func.max(line.c.created_at).desc(), key.desc())
         .limit(limit)
     )
     keys = [row[0] for row in session.execute(base)]
@@ -232,21 +224,18 @@ def call_history(session: Session, *, account_id: str, limit: int = 50) -> list[
     rows = session.execute(
         select(
             key,
-            LedgerTransfer.created_at,
-            LedgerTransfer.kind,
-            LedgerAccount.kind,
-            LedgerEntry.amount,
-            LedgerTransfer.memo,
+            line.c.created_at,
+            line.c.transfer_kind,
+            line.c.account_kind,
+            line.c.amount,
+            line.c.memo,
         )
-        .select_from(LedgerEntry)
-        .join(LedgerTransfer, LedgerTransfer.id == LedgerEntry.transfer_id)
-        .join(LedgerAccount, LedgerAccount.id == LedgerEntry.ledger_account_id)
-        .where(LedgerEntry.id.in_(mine), key.in_(keys))
-        .order_by(LedgerTransfer.created_at, LedgerEntry.id)
+        .where(mine, key.in_(keys))
+        .order_by(line.c.created_at, line.c.line_id)
     ).all()
     grouped: dict[str, list[LedgerLine]] = {k: [] for k in keys}
-    for item, *line in rows:
-        grouped[item].append(LedgerLine(*line))
+    for item, *entry in rows:
+        grouped[item].append(LedgerLine(*entry))
     calls = {
         row.reservation_id: row
         for row in session.execute(
