@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import Token
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mercato.core.ids import Ids, bind, new_id, unbind
-from mercato.db import guarded
+from mercato.core.ids import Ids, bind, unbind
 from mercato.db.plans import AsyncDatabase, Op, Run
 from mercato.db.uow import Database, ReadSessionWrote, StatementSessionReused
 
@@ -113,16 +112,6 @@ def observing(adb: AsyncDatabase, listener: Listener) -> Iterator[None]:
         yield
     finally:
         observed.listeners.remove(listener)
-
-
-def program_values(built: guarded.Compiled, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A guarded program's bind values, as `guarded.run` builds them: the inputs as
-    `p_<name>`, and a fresh id (from the bound ids) for each `Compiled.fresh` not given."""
-    values = {f"p_{name}": value for name, value in params.items()}
-    for name, prefix in built.fresh:
-        if name not in values:
-            values[name] = new_id(prefix)
-    return values
 
 
 def make_async_database(db: Database) -> AsyncDatabase:

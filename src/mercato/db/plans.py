@@ -39,7 +39,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
-from mercato.db import guarded
+from mercato.db import guarded, runner
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -85,7 +85,7 @@ def scalar(rows: list[Row]) -> Any:
 def execute_sync(session: Session, op: Op) -> Any:
     """One operation on a sync SQLAlchemy session."""
     if isinstance(op, Run):
-        return guarded.run(session, op.program, op.params)
+        return runner.run(session, op.program, op.params)
     result = session.execute(op.statement, op.params)
     # A statement without rows (a DML without RETURNING) comes back as a closed cursor result;
     # the ORM's results of a SELECT always have rows.

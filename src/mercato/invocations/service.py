@@ -26,7 +26,7 @@ from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.frozen import set_through_slots
 from mercato.core.ids import new_id
-from mercato.db import guarded
+from mercato.db import guarded, runner
 from mercato.db.aio_reads import SLOT, grouped
 from mercato.db.plans import Plan, Rows, Run, first, query
 from mercato.invocations import money
@@ -629,7 +629,7 @@ def _conclude(
     """Run a terminal program: the invocation as it leaves it, or None when it stopped (the
     lease was lost, or the call is no longer pending)."""
     try:
-        done = guarded.run(session, program, params)
+        done = runner.run(session, program, params)
     except guarded.Refused as refused:
         raise ledger.refusal(refused) from None
     return _concluded(done)
