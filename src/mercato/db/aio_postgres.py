@@ -42,6 +42,7 @@ from mercato.db.aio import (
     Observed,
     OneUnit,
     Unit,
+    Writes,
     begin_unit,
     fail_waiting,
 )
@@ -557,7 +558,7 @@ def _fit_after(error: BaseException) -> bool:
     return not (isinstance(error, DBAPIError) and error.connection_invalidated)
 
 
-class PostgresDatabase:
+class PostgresDatabase(Writes):
     """`plans.AsyncDatabase` on PostgreSQL (see the module docstring)."""
 
     dialect: str = "postgresql"

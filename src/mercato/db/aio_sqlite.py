@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 
 from mercato.core.ids import bind, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, begin_unit, fail_waiting
+from mercato.db.aio import Observed, OneUnit, Unit, Writes, begin_unit, fail_waiting
 from mercato.db.aio_reads import is_grouped
 from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.hints import Served
@@ -193,7 +193,7 @@ def _run_program(
     return drive(runnable.run(values), send)
 
 
-class SqliteDatabase:
+class SqliteDatabase(Writes):
     """`plans.AsyncDatabase` on SQLite (see the module docstring)."""
 
     dialect: str = "sqlite"

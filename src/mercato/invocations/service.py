@@ -300,7 +300,7 @@ def accept(
         "hint_generation": hint_generation,
     }
     try:
-        accepted = yield Run(money.ACCEPT, params)
+        accepted = yield Run(money.ACCEPT, params, last=True)
     except guarded.Refused as refused:
         if refused.code == quotas.EXHAUSTED:
             raise quotas.slot_refused(policy, now) from None
@@ -635,9 +635,11 @@ def _conclude(
     return _concluded(done)
 
 
-def _conclude_plan(program: guarded.Program, params: dict[str, Any]) -> Plan[InvocationView | None]:
+def _conclude_plan(
+    program: guarded.Program, params: dict[str, Any], *, last: bool
+) -> Plan[InvocationView | None]:
     try:
-        done = yield Run(program, params)
+        done = yield Run(program, params, last=last)
     except guarded.Refused as refused:
         raise ledger.refusal(refused) from None
     return _concluded(done)
@@ -655,8 +657,7 @@ def finish_success(
     """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost.
-    Without a manifest to record this is one statement on PostgreSQL (`money.SETTLE`;
-    `Database.statement()` runs it without BEGIN or COMMIT)."""
+    Without a manifest to record this is one statement (`money.SETTLE`, `Run.last`)."""
     view = yield from _conclude_plan(
         money.SETTLE,
         {
@@ -670,18 +671,13 @@ def finish_success(
             "set_updated_at": now,
             "now": now,
         },
+        last=not artifacts,
     )
     if view is not None and view.has_artifact_contract and artifacts:
         yield from artifact_service.record_manifest.plan(
             invocation_id=invocation_id, entries=artifacts, now=now
         )
     return view
-
-
-def settles_in_one_statement(artifacts: list[dict[str, Any]] | None) -> bool:
-    """Whether `finish_success` is one statement (run it in `Database.statement()`): unless
-    there is an artifact manifest to record."""
-    return not artifacts
 
 
 @query
@@ -711,6 +707,7 @@ def finish_failure(
                 "set_updated_at": now,
                 "now": now,
             },
+            last=True,
         )
     )
 
