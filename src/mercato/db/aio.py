@@ -14,6 +14,11 @@ Session does, and raise the driver's errors as SQLAlchemy's (`IntegrityError`,
 `OperationalError`, … with the driver's exception as `.orig`), so a plan and its callers see
 the same values and the same exceptions on either side (decisions 0320-0323).
 
+`write(plan)` (`Writes`, both stores) picks the unit of a write from its plan (alone when its
+first operation is a `Run` marked `last`, else a transaction) and runs it again after a
+PostgreSQL deadlock or serialization failure. Money programs are run by `mercato.db.runner`;
+the executors only send its statements.
+
 The three units of work keep `Database`'s rules: `read()` never writes (a write statement is
 refused with `uow.ReadSessionWrote` before it reaches SQL), `transaction()` commits on success
 and rolls back on an exception, `statement()` runs exactly one operation (a second one raises

@@ -3,8 +3,9 @@
 Statements are compiled once for SQLAlchemy's `postgresql+asyncpg` dialect (`$n` placeholders
 with their casts) and executed as text on asyncpg connections, whose own prepared-statement
 cache then parses each text once per connection. A guarded money program (`Run`) is its one
-statement (`guarded.compiled(program, "postgresql").statement`): one round trip; a refusal
-aborts it with SQLSTATE 22P02 and comes back as `guarded.Refused`.
+statement (`guarded.compiled(program, "postgresql").statement`): one round trip, run by
+`mercato.db.runner` (which reads its row, and the refusal it aborts with, SQLSTATE 22P02, as
+`guarded.Refused`); this module only sends it.
 
 Units of work: `read()` runs in autocommit (no BEGIN: one round trip per statement);
 `transaction()` sends BEGIN, then COMMIT or ROLLBACK; `statement()` hands its money program to
@@ -46,12 +47,12 @@ from mercato.db.aio import (
     begin_unit,
     fail_waiting,
 )
-from mercato.db.aio_reads import is_grouped, read_group
+from mercato.db.aio_reads import SLOT, is_grouped, read_group, with_slot
 from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Run
-from mercato.db.runner import Runnable
+from mercato.db.runner import Programs, Runnable
 from mercato.db.uow import Database
 
 T = TypeVar("T")
@@ -210,6 +211,8 @@ class _Connection:
                 raise
         statements = self._db.statements
         params = op.params
+        if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
+            return await self._grouped(op.statement, params)
         prepared, extracted = statements.prepare(op.statement, params)
         if params is not None and not isinstance(params, Mapping):
             if self._conn is None:
@@ -218,11 +221,6 @@ class _Connection:
         sql, values = prepared.bind(params, extracted)
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
-        if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
-            # With the others of the loop; a unit that holds no connection yet takes none for
-            # it (decision 0501): the batch runs on a reader's, or on one of its own.
-            pool = self._pool or self._db._pool()
-            return await read_group().fetch(self._conn, prepared, values, pool)
         if self._conn is None:
             await self._take()
         try:
@@ -230,6 +228,19 @@ class _Connection:
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
             raise sqlalchemy_error(error, sql) from error
         return [prepared.row(record) for record in records]
+
+    async def _grouped(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
+        """A grouped read, with the others of the loop (`aio_reads`): sent with its place in
+        the batch (`with_slot`), its rows read back without it. A unit that holds no
+        connection yet takes none for it (decision 0501): the batch runs on a reader's, or on
+        one of its own."""
+        prepared, extracted = self._db.statements.prepare(with_slot(statement), params)
+        sql, values = prepared.bind({**(params or {}), SLOT: 0}, extracted)
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
+        pool = self._pool or self._db._pool()
+        rows = await read_group().fetch(self._conn, prepared, values, pool)
+        return [row[:-1] for row in rows]
 
     async def _many(
         self, prepared: Prepared, extracted: Any, params: Sequence[Mapping[str, Any]]
@@ -302,7 +313,15 @@ async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict
 
 
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
-_MAX_PROGRAMS = 256
+
+
+def _binds_alike(runnable: Runnable[ProgramStatement]) -> None:
+    """A group sends a program's exclusive text with the values bound for its shared one: both
+    must take the same values in the same places."""
+    shared, exclusive = runnable.statement, runnable.exclusive
+    assert shared is not None and exclusive is not None
+    if _placeholders(shared) != _placeholders(exclusive):
+        raise AssertionError(f"{runnable.program.name}: the two texts bind differently")
 
 
 def _placeholders(statement: ProgramStatement) -> list[Any]:
@@ -339,8 +358,8 @@ class _Group:
     - the programs of one SQL text (every accept, every settle: only the values differ) go
       together in ONE asyncpg `fetchmany`, in autocommit: pipelined, one round trip, and one
       implicit transaction (one Sync for all: all commit, one WAL flush, or none does). Their
-      text is the program's with the money lock taken exclusively (`guarded.exclusive`; every
-      program takes it first, shared when alone, before any row lock), so no other money
+      text is the program's with the money lock taken exclusively (`Compiled.exclusive`;
+      every program takes it first, shared when alone, before any row lock), so no other money
       statement, of this process or another, interleaves its row locks with the group's: no
       deadlock. The lock is held from the group's first program to its commit, all inside the
       server: no round trip to this process while other processes' programs wait for it.
@@ -575,7 +594,13 @@ class PostgresDatabase(Writes):
         self.observed = Observed()
         self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(asyncpg_dialect())
-        self._programs: dict[int, Runnable[ProgramStatement]] = {}
+        dialect = self.statements.dialect
+        self.program: Programs[ProgramStatement] = Programs(
+            "postgresql",
+            lambda clause, literals: ProgramStatement(clause, literals, dialect),
+            check=_binds_alike,
+        )
+        """Each program's two texts compiled for asyncpg, once."""
         url = db.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
         self._max_size = max_size
@@ -584,26 +609,6 @@ class PostgresDatabase(Writes):
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = (
             weakref.WeakKeyDictionary()
         )
-
-    def program(self, program: guarded.Program) -> Runnable[ProgramStatement]:
-        """`program`'s two texts compiled for asyncpg, once."""
-        found = self._programs.get(id(program))
-        if found is None or found.program is not program:
-            if len(self._programs) >= _MAX_PROGRAMS:  # programs built per call (tests)
-                self._programs.clear()
-            dialect = self.statements.dialect
-            found = Runnable(
-                program,
-                "postgresql",
-                lambda clause, literals: ProgramStatement(clause, literals, dialect),
-            )
-            shared, exclusive = found.statement, found.exclusive
-            assert shared is not None and exclusive is not None
-            # A group sends the exclusive text with the values bound for the shared one.
-            if _placeholders(shared) != _placeholders(exclusive):
-                raise AssertionError(f"{program.name}: the two texts bind differently")
-            self._programs[id(program)] = found
-        return found
 
     def _pool(self) -> _Pool:
         loop = asyncio.get_running_loop()

@@ -45,13 +45,12 @@ from mercato.db.aio_reads import is_grouped
 from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
-from mercato.db.runner import COUNT, Runnable, drive
+from mercato.db.runner import COUNT, Programs, Runnable, drive
 from mercato.db.uow import Database
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 FIRST_BACKOFF = 0.0005
 MAX_BACKOFF = 0.02
-_MAX_PROGRAMS = 256
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 """A commit on these connections checkpoints once the WAL holds this many pages (SQLite's
 default is 1,000). An invoke writes about 44 WAL frames, most of them to the same few hot pages
@@ -222,22 +221,11 @@ class SqliteDatabase(Writes):
         )
         self._closed = False
         self.observed = Observed()
-        self._programs: dict[int, Runnable[ProgramStatement]] = {}
-
-    def program(self, program: guarded.Program) -> Runnable[ProgramStatement]:
-        """`program`'s statements compiled for sqlite3, once."""
-        found = self._programs.get(id(program))
-        if found is None or found.program is not program:
-            if len(self._programs) >= _MAX_PROGRAMS:  # programs built per call (tests)
-                self._programs.clear()
-            dialect = self.statements.dialect
-            found = Runnable(
-                program,
-                "sqlite",
-                lambda clause, literals: ProgramStatement(clause, literals, dialect),
-            )
-            self._programs[id(program)] = found
-        return found
+        dialect = self.statements.dialect
+        self.program: Programs[ProgramStatement] = Programs(
+            "sqlite", lambda clause, literals: ProgramStatement(clause, literals, dialect)
+        )
+        """Each program's statements compiled for sqlite3, once."""
 
     # --- connections --------------------------------------------------------------------
 

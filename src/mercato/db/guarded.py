@@ -18,7 +18,8 @@ same step statements are put together:
 
 - **PostgreSQL** (`Compiled.statement`): ONE statement, i.e. one round trip, without any
   database function. Its first CTE takes the advisory lock `MONEY_LOCK` shared, before any row
-  lock (a group commit holds it exclusively, decision 0370). Every step is a data-modifying CTE
+  lock; `Compiled.exclusive` is the same statement taking it exclusively, which a group commit
+  sends (decisions 0370, 0440). Every step is a data-modifying CTE
   (`WITH s1 AS (INSERT … RETURNING …), s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING
   …), …`) gated on the step before it, so the steps run in program order: `EXISTS (SELECT 1 FROM
   <last REFUSE/STOP step>)` (nothing runs after a refusal or a stop) and, after a SKIP step,
@@ -40,28 +41,14 @@ same step statements are put together:
   values it inserted as bound (`known`) or are read back by a unique key (`read`).
 
 Ids the rules need fresh on every run (a transfer's, its entries', new accounts') are declared
-by the steps (`Step.fresh`) and made by `run` unless the caller passes them. Inputs are passed
-by name without prefix (`run(session, program, {"amount": 10, …})`); the
-statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
+by the steps (`Step.fresh`). Inputs are passed by name without prefix (`{"amount": 10, …}`);
+the statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
 executed with a parameter named after a column would SET it).
 
-`run` executes a compiled program on a sync SQLAlchemy `Session` and returns the outputs as
-`{"<step>.<column>": value}`, or None when a STOP step was empty; a refusal raises `Refused`
-(`code`, `detail`), which each domain service maps to its MercatoError.
-
-An async executor (asyncpg, aiosqlite) needs nothing else from the domain modules. Take
-`compiled(program, dialect)` and build the values as `run` does (inputs as `p_<name>`, plus a
-fresh id for each name in `Compiled.fresh` not given). On PostgreSQL compile
-`Compiled.statement` once for the driver's dialect (`c = statement.compile(dialect=…)`:
-`c.string` is the SQL, `c.positiontup` the bind names in placeholder order; convert values the
-way each bind's type does, e.g. `UTCDateTime` wants an aware datetime), execute that text with
-the values, read the one row (`mercato_ok`: 0 stopped, 1 done; then the columns of
-`Compiled.outputs` in order) and turn an error whose SQLSTATE is 22P02 into `Refused` with
-`parse_refusal(message)`. On SQLite run `Compiled.steps` in order in one transaction with the
-rules of `_run_steps` below: a `counted` step is empty when its write counts no row, else its
-row is `read` (when set) or the values of `known`; bind each step's row as
-`s_<step>_<column>` (NULL when empty); an empty STOP step returns None; an empty REFUSE step
-runs `required_if` (when set) and `detail`, then raises.
+This module only compiles. How a compiled program runs (its values and fresh ids, the step
+loop, the one statement's row and refusal) is `mercato.db.runner`'s, the same for the sync
+Session and the async drivers (decision 0564); a refusal raises `Refused` (`code`, `detail`),
+which each domain service maps to its MercatoError.
 """
 
 from __future__ import annotations
@@ -113,7 +100,8 @@ REFUSAL_TAG = "mercato-refusal"
 MONEY_LOCK = int.from_bytes(b"mercato", "big")
 """The PostgreSQL advisory lock key of the money statements: each program takes it shared
 (its first CTE, before any row lock); a group commit of several programs in one transaction
-(`mercato.db.aio_postgres`) takes it exclusively first (decisions 0370, 0440: `exclusive`)."""
+(`mercato.db.aio_postgres`) sends them taking it exclusively (`Compiled.exclusive`, decisions
+0370, 0440)."""
 _MONEY_LOCK_CTE = "mercato_money"
 
 
@@ -226,7 +214,7 @@ class Step:
     required_if: Expr | None = None
     only: str | None = None  # the one dialect this step exists on (PostgreSQL's lock)
     fresh: tuple[tuple[str, str], ...] = ()
-    """Inputs `run` fills with a fresh id when the caller gives none: (name, id prefix)."""
+    """Inputs the runner fills with a fresh id when the caller gives none: (name, id prefix)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -248,6 +248,38 @@ class Runnable(Generic[S]):
         return dict(zip(self.outputs, row[1:], strict=True))
 
 
+class Programs(Generic[S]):
+    """The `Runnable` of each program for one executor, made at its first run and kept by the
+    program's identity (programs are module constants; of those built per call, as tests do,
+    at most `limit` are kept)."""
+
+    def __init__(
+        self,
+        dialect: str,
+        make: Make[S],
+        *,
+        check: Callable[[Runnable[S]], None] | None = None,
+        limit: int = 256,
+    ) -> None:
+        self._dialect = dialect
+        self._make = make
+        self._check = check
+        """Called with each `Runnable` made, before it is kept (the executor's own checks)."""
+        self._limit = limit
+        self._found: dict[int, Runnable[S]] = {}
+
+    def __call__(self, program: guarded.Program) -> Runnable[S]:
+        found = self._found.get(id(program))
+        if found is None or found.program is not program:
+            if len(self._found) >= self._limit:
+                self._found.clear()
+            found = Runnable(program, self._dialect, self._make)
+            if self._check is not None:
+                self._check(found)
+            self._found[id(program)] = found
+        return found
+
+
 def drive(run: Generator[Send, Any, Outputs], send: Callable[[int, Any], Any]) -> Outputs:
     """Run `run` to its end, `send(kind, statement)` answering each of its sends (a driver
     error it raises as SQLAlchemy's goes into the run, which may make it a refusal)."""
@@ -286,22 +318,18 @@ class _SessionStatement:
         return {name: values[key] for name, key in self.names if key in values}
 
 
-_SESSION_RUNNABLES: dict[tuple[int, str, str], Runnable[_SessionStatement]] = {}
+_SESSION_PROGRAMS: dict[tuple[str, str], Programs[_SessionStatement]] = {}
 
 
 def sync_runnable(program: guarded.Program, dialect: Any) -> Runnable[_SessionStatement]:
     """`program` compiled for a sync Session of `dialect`, once."""
-    key = (id(program), dialect.name, dialect.driver)
-    found = _SESSION_RUNNABLES.get(key)
-    if found is None or found.program is not program:
-        if len(_SESSION_RUNNABLES) >= 256:  # programs built per call (tests)
-            _SESSION_RUNNABLES.clear()
-        found = _SESSION_RUNNABLES[key] = Runnable(
-            program,
-            dialect.name,
-            lambda clause, literals: _SessionStatement(clause, literals, dialect),
+    key = (dialect.name, dialect.driver)
+    programs = _SESSION_PROGRAMS.get(key)
+    if programs is None:
+        programs = _SESSION_PROGRAMS[key] = Programs(
+            dialect.name, lambda clause, literals: _SessionStatement(clause, literals, dialect)
         )
-    return found
+    return programs(program)
 
 
 def run(session: Session, program: guarded.Program, params: Mapping[str, Any]) -> Outputs:

@@ -27,7 +27,7 @@ from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.frozen import set_through_slots
 from mercato.core.ids import new_id
 from mercato.db import guarded, runner
-from mercato.db.aio_reads import SLOT, grouped
+from mercato.db.aio_reads import grouped
 from mercato.db.plans import Plan, Rows, Run, first, query
 from mercato.invocations import money
 from mercato.invocations.errors import (
@@ -158,13 +158,12 @@ def find_replay(
         "idempotency_key": idempotency_key,
         "digest": digest,
         "default_policy": default.name,
-        SLOT: 0,
     }
     row = first((yield Rows(_REPLAY, params)))
     if row is None:
         return None
     width = _VIEW_WIDTH
-    quota = quotas.window_status(tuple(row[width + 1 : -1]), default, now)  # not the SLOT
+    quota = quotas.window_status(tuple(row[width + 1 :]), default, now)
     return Replayed(_view(row[:width]), quota, accounts.key_proven(row[width]))
 
 
