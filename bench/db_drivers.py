@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from mercato.accounts import service as accounts
 from mercato.core.clock import utcnow
-from mercato.db import guarded, models
+from mercato.db import guarded, models, runner
 from mercato.db.aio import make_async_database
 from mercato.db.engine import make_engine
 from mercato.db.migrate import upgrade
@@ -98,7 +98,7 @@ def bench_store(url: str, async_url: str | None, n: int) -> list[tuple[str, str,
     def sync_money(i: int) -> None:
         with db.statement() as session:
             assert (
-                guarded.run(session, ledger._RESERVE, _reserve_params(account, "s", i)) is not None
+                runner.run(session, ledger._RESERVE, _reserve_params(account, "s", i)) is not None
             )
 
     results.append(("SQLAlchemy sync Session", "read", *_measure(n, sync_read)))

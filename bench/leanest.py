@@ -61,7 +61,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -672,21 +672,28 @@ class PostgresStore(Store):
         import asyncpg
         from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 
-        from mercato.db import guarded
+        from mercato.db import guarded, runner
 
         dialect = PGDialect_asyncpg(dbapi=PGDialect_asyncpg.import_dbapi())  # type: ignore[no-untyped-call]
         accept, settle, release = programs()
-        statements = {
-            name: Statement(guarded.compiled(program, "postgresql").sql(dialect)[0], convert=True)
+        built = {
+            name: guarded.compiled(program, "postgresql")
             for name, program in (("accept", accept), ("settle", settle), ("release", release))
         }
-        statements["accept"].sql = replaying(statements["accept"].sql, statements["accept"].names)
-        store = cls(statements)
-        store.exclusive = {
-            name: guarded.exclusive(statement.sql) for name, statement in statements.items()
+        statements = {
+            name: Statement(cast(Any, one.statement).compile(dialect=dialect), convert=True)
+            for name, one in built.items()
         }
+        exclusive = {
+            name: Statement(cast(Any, one.exclusive).compile(dialect=dialect), convert=True).sql
+            for name, one in built.items()
+        }
+        statements["accept"].sql = replaying(statements["accept"].sql, statements["accept"].names)
+        exclusive["accept"] = replaying(exclusive["accept"], statements["accept"].names)
+        store = cls(statements)
+        store.exclusive = exclusive
         store.dsn, store.size, store.asyncpg = dsn, size, asyncpg
-        store.parse_refusal = guarded.parse_refusal
+        store.parse_refusal = runner.parse_refusal
         store.idle.put_nowait(await store._connect())  # fail at start, not on the first call
         return store
 
@@ -861,9 +868,11 @@ class SqliteStore(Store):
         for name, program in (("accept", accept), ("settle", settle), ("release", release)):
             built = guarded.compiled(program, "sqlite")
             steps = []
-            for item, (statement, required_if, _detail, read) in zip(
-                built.steps, built.sql(dialect), strict=True
-            ):
+            for item in built.steps:
+                statement, required_if, read = (
+                    None if clause is None else clause.compile(dialect=dialect)
+                    for clause in (item.statement, item.required_if, item.read)
+                )
                 columns = tuple(f"s_{item.step.name}_{c}" for c in item.columns)
                 steps.append(
                     _SqliteStep(

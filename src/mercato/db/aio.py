@@ -14,6 +14,11 @@ Session does, and raise the driver's errors as SQLAlchemy's (`IntegrityError`,
 `OperationalError`, … with the driver's exception as `.orig`), so a plan and its callers see
 the same values and the same exceptions on either side (decisions 0320-0323).
 
+`write(plan)` (`Writes`, both stores) picks the unit of a write from its plan (alone when its
+first operation is a `Run` marked `last`, else a transaction) and runs it again after a
+PostgreSQL deadlock or serialization failure. Money programs are run by `mercato.db.runner`;
+the executors only send its statements.
+
 The three units of work keep `Database`'s rules: `read()` never writes (a write statement is
 refused with `uow.ReadSessionWrote` before it reaches SQL), `transaction()` commits on success
 and rolls back on an exception, `statement()` runs exactly one operation (a second one raises
@@ -28,19 +33,23 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import Token
-from typing import TYPE_CHECKING, Any, Protocol
+from random import Random
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from mercato.core.ids import Ids, bind, new_id, unbind
-from mercato.db import guarded
-from mercato.db.plans import AsyncDatabase, Op, Run
+from sqlalchemy.exc import OperationalError
+
+from mercato.core.ids import Ids, bind, unbind
+from mercato.db.plans import AsyncConnection, AsyncDatabase, Op, Plan, Run, run_async
 from mercato.db.uow import Database, ReadSessionWrote, StatementSessionReused
 
 if TYPE_CHECKING:
     from mercato.db.aio_postgres import PostgresDatabase
     from mercato.db.aio_sqlite import SqliteDatabase
+
+T = TypeVar("T")
 
 
 class Unit(enum.Enum):
@@ -115,18 +124,59 @@ def observing(adb: AsyncDatabase, listener: Listener) -> Iterator[None]:
         observed.listeners.remove(listener)
 
 
-def program_values(built: guarded.Compiled, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A guarded program's bind values, as `guarded.run` builds them: the inputs as
-    `p_<name>`, and a fresh id (from the bound ids) for each `Compiled.fresh` not given."""
-    values = {f"p_{name}": value for name, value in params.items()}
-    for name, prefix in built.fresh:
-        if name not in values:
-            values[name] = new_id(prefix)
-    return values
+WRITE_ATTEMPTS = 5
+RETRY_SQLSTATES = frozenset({"40P01", "40001"})
+"""A deadlock, a serialization failure: PostgreSQL rolled the unit back whole."""
 
 
-def make_async_database(db: Database) -> AsyncDatabase:
-    """The async database beside `db` (same store, same ids)."""
+class Writes:
+    """`AsyncDatabase.write`, the same on both stores (see `plans.AsyncDatabase.write`)."""
+
+    _sync: Database
+    retry_sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+    """Sleeping between two attempts (a test's fake clock advances instead)."""
+    retry_random: Random = Random()
+    """The jitter of that sleep (a test's seeded random)."""
+
+    def statement(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        raise NotImplementedError
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        raise NotImplementedError
+
+    async def write(self, plan: Callable[[], Plan[T]]) -> T:
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            made = plan()
+            # The plan runs up to its first operation before its unit begins (which unit it
+            # takes depends on that operation), with the ids its unit binds.
+            token = bind(self._sync.ids)
+            try:
+                op = next(made)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            finally:
+                unbind(token)
+            alone = type(op) is Run and op.last
+            try:
+                async with self.statement() if alone else self.transaction() as conn:
+                    return await run_async(conn, made, op)
+            except OperationalError as error:
+                state = getattr(error.orig, "sqlstate", None)
+                if state not in RETRY_SQLSTATES or attempt == WRITE_ATTEMPTS:
+                    raise
+            await self.retry_sleep(self.retry_random.random() * 0.05 * attempt)
+        raise AssertionError("unreachable")
+
+
+def make_async_database(
+    db: Database,
+    *,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+    random: Random | None = None,
+) -> AsyncDatabase:
+    """The async database beside `db` (same store, same ids); `sleep` and `random` pace its
+    writes' retries."""
     adb: PostgresDatabase | SqliteDatabase
     if db.engine.dialect.name == "postgresql":
         from mercato.db.aio_postgres import PostgresDatabase
@@ -136,6 +186,10 @@ def make_async_database(db: Database) -> AsyncDatabase:
         from mercato.db.aio_sqlite import SqliteDatabase
 
         adb = SqliteDatabase(db)
+    if sleep is not None:
+        adb.retry_sleep = sleep
+    if random is not None:
+        adb.retry_random = random
     # `db.dispose()` (a test's teardown, the CLI's exit) also lets go of the async side's
     # connections that no running loop can still use.
     db.on_dispose(adb.dispose_ended)

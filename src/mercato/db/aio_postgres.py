@@ -3,8 +3,9 @@
 Statements are compiled once for SQLAlchemy's `postgresql+asyncpg` dialect (`$n` placeholders
 with their casts) and executed as text on asyncpg connections, whose own prepared-statement
 cache then parses each text once per connection. A guarded money program (`Run`) is its one
-statement (`guarded.compiled(program, "postgresql").statement`): one round trip; a refusal
-aborts it with SQLSTATE 22P02 and comes back as `guarded.Refused`.
+statement (`guarded.compiled(program, "postgresql").statement`): one round trip, run by
+`mercato.db.runner` (which reads its row, and the refusal it aborts with, SQLSTATE 22P02, as
+`guarded.Refused`); this module only sends it.
 
 Units of work: `read()` runs in autocommit (no BEGIN: one round trip per statement);
 `transaction()` sends BEGIN, then COMMIT or ROLLBACK; `statement()` hands its money program to
@@ -30,31 +31,30 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from operator import itemgetter
 from typing import Any, NoReturn, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
-from sqlalchemy.exc import DBAPIError, InvalidRequestError
+from sqlalchemy.exc import DBAPIError
 
-from mercato.core.ids import bound, new_id, unbind
+from mercato.core.ids import bound, unbind
 from mercato.db import guarded
 from mercato.db.aio import (
     Observed,
     OneUnit,
     Unit,
+    Writes,
     begin_unit,
     fail_waiting,
-    program_values,
 )
-from mercato.db.aio_reads import is_grouped, read_group
-from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
+from mercato.db.aio_reads import SLOT, is_grouped, read_group, with_slot
+from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Run
+from mercato.db.runner import Programs, Runnable
 from mercato.db.uow import Database
 
-_INVALID_TEXT = "22P02"
 T = TypeVar("T")
 PING_TIMEOUT = 5.0
 """Seconds an idle connection has to answer its ping before it is replaced."""
@@ -211,6 +211,8 @@ class _Connection:
                 raise
         statements = self._db.statements
         params = op.params
+        if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
+            return await self._grouped(op.statement, params)
         prepared, extracted = statements.prepare(op.statement, params)
         if params is not None and not isinstance(params, Mapping):
             if self._conn is None:
@@ -219,11 +221,6 @@ class _Connection:
         sql, values = prepared.bind(params, extracted)
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
-        if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
-            # With the others of the loop; a unit that holds no connection yet takes none for
-            # it (decision 0501): the batch runs on a reader's, or on one of its own.
-            pool = self._pool or self._db._pool()
-            return await read_group().fetch(self._conn, prepared, values, pool)
         if self._conn is None:
             await self._take()
         try:
@@ -231,6 +228,19 @@ class _Connection:
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
             raise sqlalchemy_error(error, sql) from error
         return [prepared.row(record) for record in records]
+
+    async def _grouped(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
+        """A grouped read, with the others of the loop (`aio_reads`): sent with its place in
+        the batch (`with_slot`), its rows read back without it. A unit that holds no
+        connection yet takes none for it (decision 0501): the batch runs on a reader's, or on
+        one of its own."""
+        prepared, extracted = self._db.statements.prepare(with_slot(statement), params)
+        sql, values = prepared.bind({**(params or {}), SLOT: 0}, extracted)
+        if self._db.observed.listeners:
+            self._db.observed.tell("sql", sql)
+        pool = self._pool or self._db._pool()
+        rows = await read_group().fetch(self._conn, prepared, values, pool)
+        return [row[:-1] for row in rows]
 
     async def _many(
         self, prepared: Prepared, extracted: Any, params: Sequence[Mapping[str, Any]]
@@ -252,154 +262,75 @@ class _Connection:
         return rows
 
     async def _run(self, op: Run) -> dict[str, Any] | None:
-        return await _fetch_program(self._conn, self._db, _bind_program(self._db, op))
+        return await _fetch_program(self._conn, self._db, _Bound(self._db, op))
 
 
 class _Bound:
-    """A money program ready to send: its SQL and values (fresh ids drawn once, in the
-    caller's unit of work), and how to read its row."""
+    """A money program ready to send: its run (`runner.Runnable.run`, waiting at its one
+    statement), the values sent (fresh ids drawn once, in the caller's unit of work) and the
+    program's two texts: the money lock shared (alone) or exclusive (in a group)."""
 
-    __slots__ = ("built", "prepared", "sql", "values")
+    __slots__ = ("exclusive", "run", "statement", "values")
 
-    def __init__(self, built: guarded.Compiled, prepared: Prepared, sql: str, values: Any) -> None:
-        self.built = built
-        self.prepared = prepared
-        self.sql = sql
-        self.values = values
+    def __init__(self, db: PostgresDatabase, op: Run) -> None:
+        runnable = db.program(op.program)
+        values = runnable.values(op.params)
+        self.run = runnable.run(values)
+        _kind, statement = next(self.run)
+        self.statement: ProgramStatement = statement
+        self.exclusive: ProgramStatement | None = runnable.exclusive
+        self.values = statement.values(values, {})
 
-
-def _bind_program(db: PostgresDatabase, op: Run) -> _Bound:
-    binder = db.binder(op.program)
-    return _Bound(binder.built, binder.prepared, binder.sql, binder.values(op.params))
-
-
-_MAX_PROGRAMS = 256
-
-
-class _Binder:
-    """A money program's statement and how its inputs become the values sent, worked out once
-    per program: the values `prepared.bind(aio.program_values(built, params))` gives (the
-    inputs as `p_<name>`, a fresh id for each `Compiled.fresh` not given, the statement's own
-    literals, processed by their types), picked from one merged dict instead of a renamed
-    copy of the inputs and a second merge with the literals."""
-
-    __slots__ = (
-        "built",
-        "consts",
-        "defaults",
-        "fresh",
-        "generic",
-        "makers",
-        "names",
-        "pick",
-        "prepared",
-        "processors",
-        "program",
-        "sql",
-    )
-
-    def __init__(
-        self,
-        program: guarded.Program,
-        built: guarded.Compiled,
-        prepared: Prepared,
-        extracted: Any,
-    ) -> None:
-        self.program = program
-        self.built = built
-        self.prepared = prepared
-        self.sql = prepared.sql
-        # A statement found by another one's cache key (its literals extracted per call), or
-        # one that expands: bound the general way.
-        self.generic = extracted is not None or prepared.expanding
-        keys: list[str] = []
-        names: dict[str, str] = {}
-        self.consts: dict[str, Any] = {}
-        self.defaults: dict[str, Any] = {}
-        self.makers: list[tuple[str, Callable[[], Any]]] = []
-        for index, (key, value, required, make, _process) in enumerate(prepared._binds):
-            if key.startswith("p_"):
-                own = key[2:]  # an input, kept by its own name
-                if make is not None:
-                    self.makers.append((own, make))  # made when not given
-                elif not required:
-                    self.defaults[own] = value  # taken when not given
-            else:
-                # The statement's own value (a literal, or one made per call): kept under a
-                # key no input has.
-                own = f"{index}:{key}"
-                if make is not None:
-                    self.makers.append((own, make))
-                elif not required:
-                    self.consts[own] = value
-            names[own] = key
-            keys.append(own)
-        self.names = names
-        """The bind name of each key (for the error of a missing value)."""
-        self.pick: Callable[[Mapping[str, Any]], Any] = (
-            itemgetter(*keys) if len(keys) > 1 else lambda values: [values[k] for k in keys]
-        )
-        self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
-        self.processors = prepared._bind_processors
-
-    def values(self, params: Mapping[str, Any]) -> list[Any]:
-        """The positional values to send for the program's inputs `params`."""
-        if self.generic:
-            return self.prepared.bind(program_values(self.built, params))[1]
-        values = (
-            {**self.defaults, **params, **self.consts}
-            if self.defaults
-            else {**params, **self.consts}
-        )
-        for name, prefix in self.fresh:
-            if name not in values:
-                values[name] = new_id(prefix)
-        for key, make in self.makers:
-            if key not in values:
-                values[key] = make()
+    def answer(self, record: Any) -> dict[str, Any] | None:
+        """The program's outputs from its row (None: it stopped)."""
         try:
-            out = list(self.pick(values))
-        except KeyError:
-            missing = next(k for k in self.names if k not in values)
-            raise InvalidRequestError(
-                f"A value is required for bind parameter {self.names[missing]!r}"
-            ) from None
-        for index, process in self.processors:
-            out[index] = process(out[index])
-        return out
+            self.run.send(self.statement.prepared.row(record))
+        except StopIteration as stop:
+            outputs: dict[str, Any] | None = stop.value
+            return outputs
+        raise AssertionError("a PostgreSQL program is one statement")
+
+    def failed(self, error: BaseException, sql: str) -> NoReturn:
+        """Raise the driver's `error`: a refusal as `guarded.Refused` (the runner reads it),
+        any other in its SQLAlchemy form."""
+        converted = sqlalchemy_error(error, sql)
+        converted.__cause__ = error
+        self.run.throw(converted)
+        raise AssertionError("a PostgreSQL program is one statement")
 
 
 async def _fetch_program(conn: Any, db: PostgresDatabase, bound: _Bound) -> dict[str, Any] | None:
     """Run a bound program on `conn`: its outputs, None when it stopped; raises
     `guarded.Refused` or the SQLAlchemy form of the driver's error."""
-    sql = bound.sql
+    sql = bound.statement.sql
     if db.observed.listeners:
         db.observed.tell("sql", sql)
     try:
         record = await conn.fetchrow(sql, *bound.values)
     except _DRIVER_ERRORS as error:
-        _program_error(error, sql)
-    return _program_answer(bound, record)
+        bound.failed(error, sql)
+    return bound.answer(record)
 
 
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
-def _program_error(error: BaseException, sql: str) -> NoReturn:
-    """Raise a money program's driver error: a refusal as `guarded.Refused`, any other in its
-    SQLAlchemy form."""
-    if isinstance(error, asyncpg.PostgresError) and error.sqlstate == _INVALID_TEXT:
-        refused = guarded.parse_refusal(str(error))
-        if refused is not None:
-            raise refused from None
-    raise sqlalchemy_error(error, sql) from error
+def _binds_alike(runnable: Runnable[ProgramStatement]) -> None:
+    """A group sends a program's exclusive text with the values bound for its shared one: both
+    must take the same values in the same places."""
+    shared, exclusive = runnable.statement, runnable.exclusive
+    assert shared is not None and exclusive is not None
+    if _placeholders(shared) != _placeholders(exclusive):
+        raise AssertionError(f"{runnable.program.name}: the two texts bind differently")
 
 
-def _program_answer(bound: _Bound, record: Any) -> dict[str, Any] | None:
-    row = bound.prepared.row(record)
-    if row[0] == 0:
-        return None
-    return dict(zip(bound.built.outputs, row[1:], strict=True))
+def _placeholders(statement: ProgramStatement) -> list[Any]:
+    """What each placeholder of a program's text takes: an input or a step's column by name,
+    a value of the statement's own by that value (its anonymous name differs per build)."""
+    return [
+        key if key.startswith(("p_", "s_")) else (repr(value), required, make is None)
+        for key, value, required, make, _process in statement.prepared.binds
+    ]
 
 
 GROUP_MAX = 32
@@ -427,8 +358,8 @@ class _Group:
     - the programs of one SQL text (every accept, every settle: only the values differ) go
       together in ONE asyncpg `fetchmany`, in autocommit: pipelined, one round trip, and one
       implicit transaction (one Sync for all: all commit, one WAL flush, or none does). Their
-      text is the program's with the money lock taken exclusively (`guarded.exclusive`; every
-      program takes it first, shared when alone, before any row lock), so no other money
+      text is the program's with the money lock taken exclusively (`Compiled.exclusive`;
+      every program takes it first, shared when alone, before any row lock), so no other money
       statement, of this process or another, interleaves its row locks with the group's: no
       deadlock. The lock is held from the group's first program to its commit, all inside the
       server: no round trip to this process while other processes' programs wait for it.
@@ -450,7 +381,6 @@ class _Group:
         self._task: asyncio.Task[None] | None = None
         self._inline = False
         """A caller is running its program alone (`submit`): what is queued waits for it."""
-        self._exclusive: dict[str, str] = {}
 
     async def submit(self, bound: _Bound) -> dict[str, Any] | None:
         if self._task is None and not self._inline:
@@ -478,7 +408,7 @@ class _Group:
                 while self._queue and taken < GROUP_MAX:
                     item = self._queue.popleft()
                     if not item.future.done():  # its caller was cancelled before it ran
-                        runs.setdefault(item.bound.sql, []).append(item)
+                        runs.setdefault(item.bound.statement.sql, []).append(item)
                         taken += 1
                 batch = [item for run in runs.values() for item in run]
                 try:
@@ -518,10 +448,9 @@ class _Group:
     async def _together(self, run: list[_Item]) -> None:
         """Programs of one SQL text, pipelined in one implicit transaction (see the class)."""
         pool = self._pool
-        text = run[0].bound.sql
-        sql = self._exclusive.get(text)
-        if sql is None:
-            sql = self._exclusive[text] = guarded.exclusive(text)
+        exclusive = run[0].bound.exclusive
+        assert exclusive is not None
+        sql = exclusive.sql
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
         conn = await pool.acquire()
@@ -550,7 +479,7 @@ class _Group:
             return
         for item, record in zip(run, records, strict=True):
             if not item.future.done():
-                item.future.set_result(_program_answer(item.bound, record))
+                item.future.set_result(item.bound.answer(record))
 
 
 class _Grouped:
@@ -576,7 +505,7 @@ class _Grouped:
             if group is None:
                 group = pool.group = _Group(self._db, pool)
             try:
-                return await group.submit(_bind_program(self._db, op))
+                return await group.submit(_Bound(self._db, op))
             except guarded.Refused:
                 self._unit.refused = True
                 raise
@@ -648,7 +577,7 @@ def _fit_after(error: BaseException) -> bool:
     return not (isinstance(error, DBAPIError) and error.connection_invalidated)
 
 
-class PostgresDatabase:
+class PostgresDatabase(Writes):
     """`plans.AsyncDatabase` on PostgreSQL (see the module docstring)."""
 
     dialect: str = "postgresql"
@@ -665,7 +594,13 @@ class PostgresDatabase:
         self.observed = Observed()
         self._sync = db  # its ids, read at each unit: a test may give the Database new ones
         self.statements = Statements(asyncpg_dialect())
-        self._binders: dict[int, _Binder] = {}
+        dialect = self.statements.dialect
+        self.program: Programs[ProgramStatement] = Programs(
+            "postgresql",
+            lambda clause, literals: ProgramStatement(clause, literals, dialect),
+            check=_binds_alike,
+        )
+        """Each program's two texts compiled for asyncpg, once."""
         url = db.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
         self._max_size = max_size
@@ -674,18 +609,6 @@ class PostgresDatabase:
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = (
             weakref.WeakKeyDictionary()
         )
-
-    def binder(self, program: guarded.Program) -> _Binder:
-        """How `program`'s inputs are bound on this database, worked out once."""
-        found = self._binders.get(id(program))
-        if found is None or found.program is not program:
-            if len(self._binders) >= _MAX_PROGRAMS:  # programs built per call (tests)
-                self._binders.clear()
-            built = guarded.compiled(program, "postgresql")
-            assert built.statement is not None
-            prepared, extracted = self.statements.prepare(built.statement)
-            found = self._binders[id(program)] = _Binder(program, built, prepared, extracted)
-        return found
 
     def _pool(self) -> _Pool:
         loop = asyncio.get_running_loop()

@@ -7,8 +7,8 @@ Sync, ran the plan and answered, and serve's asyncpg wrote one message and read 
 So a statement marked `grouped` is not sent at once from a read unit: the loop collects every
 such read that is asked for before it next runs its callbacks, and one task sends them as ONE
 asyncpg `fetchmany` (every execution's Bind and Execute, then one Sync). Each execution echoes
-its place in the batch (`SLOT`, a column the statement reads back from its own parameter), so
-its rows go to its reader whatever they are: none, one or several, and the same parameters
+its place in the batch (`SLOT`, a column `with_slot` adds, read back from its own parameter),
+so its rows go to its reader whatever they are: none, one or several, and the same parameters
 twice are two reads. Reads go together only with reads of the same pool (the same database).
 
 Which connection a batch runs on (decision 0501): a read unit takes a connection at its first
@@ -53,8 +53,8 @@ from mercato.db.aio_statements import Prepared, sqlalchemy_error
 GROUPED = "mercato_grouped_read"
 """The execution option that marks a statement whose reads may go together (`grouped`)."""
 SLOT = "read_slot"
-"""The parameter, and the last column, of a grouped statement: the reader's place in its batch
-(any integer when the statement runs alone, as on SQLite or a sync Session)."""
+"""The parameter, and the last column, of a grouped statement as a batch sends it
+(`with_slot`): the reader's place in its batch."""
 GROUP_MAX = 64
 """At most this many reads in one round trip."""
 
@@ -62,16 +62,28 @@ T = TypeVar("T")
 
 
 def grouped(statement: Select[Any]) -> Select[Any]:
-    """`statement` with one more, last, column, the `SLOT` parameter it is given, and marked so
-    that its reads in PostgreSQL read units may go together. Its callers give `SLOT` (0) and
-    read the rows without their last column."""
-    slot = bindparam(SLOT, type_=Integer)
-    return statement.add_columns(slot.label(SLOT)).execution_options(**{GROUPED: True})
+    """`statement` marked (an execution option) so that its reads in PostgreSQL read units may
+    go together. Its callers run it as any other statement and read the same rows."""
+    return statement.execution_options(**{GROUPED: True})
 
 
 def is_grouped(statement: Any) -> bool:
-    options = getattr(statement, "_execution_options", None)
-    return bool(options and options.get(GROUPED))
+    get = getattr(statement, "get_execution_options", None)
+    return get is not None and bool(get().get(GROUPED))
+
+
+_SLOTTED: weakref.WeakKeyDictionary[Any, Select[Any]] = weakref.WeakKeyDictionary()
+
+
+def with_slot(statement: Select[Any]) -> Select[Any]:
+    """What a batch sends for a grouped `statement`: the same with one more, last, column,
+    the `SLOT` parameter (the reader's place in its batch), made once per statement. Its
+    readers give `SLOT` and get the rows without their last column (`aio_postgres`)."""
+    found = _SLOTTED.get(statement)
+    if found is None:
+        slot = bindparam(SLOT, type_=Integer)
+        found = _SLOTTED[statement] = statement.add_columns(slot.label(SLOT))
+    return found
 
 
 class _Read:

@@ -33,28 +33,24 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import exc
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.cache_key import NO_CACHE
-from sqlalchemy.sql.compiler import SQLCompiler
 
-from mercato.core.ids import bind, new_id, unbind
+from mercato.core.ids import bind, unbind
 from mercato.db import guarded
-from mercato.db.aio import Observed, OneUnit, Unit, begin_unit, fail_waiting
+from mercato.db.aio import Observed, OneUnit, Unit, Writes, begin_unit, fail_waiting
 from mercato.db.aio_reads import is_grouped
-from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
+from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
+from mercato.db.runner import COUNT, Programs, Runnable, drive
 from mercato.db.uow import Database
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 FIRST_BACKOFF = 0.0005
 MAX_BACKOFF = 0.02
-_MAX_PROGRAMS = 256
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 """A commit on these connections checkpoints once the WAL holds this many pages (SQLite's
 default is 1,000). An invoke writes about 44 WAL frames, most of them to the same few hot pages
@@ -66,192 +62,6 @@ and sync 175 → 19 times per 1,300 invokes, for a WAL of at most about 40 MB (d
 def _is_busy(error: sqlite3.Error) -> bool:
     code = getattr(error, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in _BUSY
-
-
-class _Bound:
-    """A program's statement as `_Connection._run` sends it: its SQL and the keys of its
-    values in `_Program.values`, in placeholder order, picked in one C call. The same facts
-    as `Prepared.bind` (same values, same processors), in the shape of a program's values.
-
-    A value is processed once per run and type: a program binds the same object (its `now`,
-    a row's timestamps that are that `now`) in several places and steps, and a type's bind
-    processor is a pure function of the value (SQLite's datetime formatting costs about
-    2.5 µs a call)."""
-
-    __slots__ = ("pick", "prepared", "processors", "sql")
-
-    def __init__(
-        self,
-        prepared: Prepared,
-        index: int,
-        consts: dict[str, Any],
-        makers: dict[str, Callable[[], Any]],
-    ) -> None:
-        self.prepared = prepared
-        self.sql = prepared.sql
-        keys: list[str] = []
-        for key, value, required, make, _process in prepared._binds:
-            if key.startswith("p_"):
-                keys.append(key[2:])  # an input, kept by its own name (`_Program.values`)
-            elif key.startswith("s_"):
-                keys.append(key)  # a column an earlier step returned
-            else:
-                # The statement's own value (`param_1`, a default made per run), never among
-                # a program's inputs: kept under a key no other statement shares.
-                own = f"{index}:{key}"
-                if make is not None:
-                    makers[own] = make
-                elif required:
-                    raise exc.InvalidRequestError(
-                        f"A value is required for bind parameter {key!r} (a program's inputs "
-                        "are bound with Refs.param)"
-                    )
-                else:
-                    consts[own] = value
-                keys.append(own)
-        self.pick: Callable[[Mapping[str, Any]], Any] = (
-            itemgetter(*keys) if len(keys) > 1 else _pick_one(keys[0]) if keys else _pick_none
-        )
-        compiled = prepared.compiled
-        by_name = {name: bind for bind, name in compiled.bind_names.items()}
-        positions = compiled.positiontup or ()
-        self.processors = tuple(
-            (index, process, _type_key(by_name[positions[index]].type))
-            for index, process in prepared._bind_processors
-        )
-        """(position, processor, the type's cache key: None when it has none)."""
-
-    def values(self, values: Mapping[str, Any], done: dict[Any, Any]) -> Sequence[Any]:
-        """The values to send, `done` holding the values this run processed already."""
-        picked = self.pick(values)
-        if not self.processors:
-            return picked  # type: ignore[no-any-return]
-        out = list(picked)
-        for index, process, kind in self.processors:
-            value = out[index]
-            if kind is None:
-                out[index] = process(value)
-                continue
-            # By the value's identity: `done` holds the value too, so no other object can
-            # take its id before the run ends.
-            key = (kind, id(value))
-            found = done.get(key)
-            if found is None:
-                found = done[key] = (value, process(value))
-            out[index] = found[1]
-        return out
-
-
-def _type_key(type_: Any) -> Any:
-    """A key equal for equal types (SQLAlchemy's own cache key of a type), or None."""
-    key = type_._static_cache_key
-    return None if key is NO_CACHE else key
-
-
-def _pick_one(key: str) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    return lambda values: (values[key],)
-
-
-def _pick_none(_values: Mapping[str, Any]) -> tuple[Any, ...]:
-    return ()
-
-
-class _Step:
-    """One step of a guarded program, compiled for sqlite3 once (`_program`)."""
-
-    __slots__ = (
-        "code",
-        "counted",
-        "detail",
-        "empty",
-        "known",
-        "names",
-        "read",
-        "required_if",
-        "statement",
-    )
-
-    def __init__(
-        self,
-        item: guarded.CompiledStep,
-        prepare: Callable[[Any], Prepared],
-        index: int,
-        consts: dict[str, Any],
-        makers: dict[str, Callable[[], Any]],
-    ) -> None:
-        step = item.step
-
-        def bound(clause: Any, n: int) -> _Bound | None:
-            return None if clause is None else _Bound(prepare(clause), n, consts, makers)
-
-        statement = bound(item.statement, 4 * index)
-        assert statement is not None
-        self.statement = statement
-        self.required_if = bound(item.required_if, 4 * index + 1)
-        self.detail = bound(item.detail, 4 * index + 2)
-        self.read = bound(item.read, 4 * index + 3)
-        self.counted = item.counted
-        """Whether the statement's row count says if the step wrote (`CompiledStep.counted`)."""
-        known = tuple(key[2:] if key.startswith("p_") else key for key in item.known)
-        self.known: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
-            itemgetter(*known) if len(known) > 1 else _pick_one(known[0]) if known else _pick_none
-        )
-        """A counted step's row without `read`: the values it inserted, from a run's values."""
-        self.empty = step.empty
-        self.code = step.code
-        self.names = tuple(f"s_{step.name}_{column}" for column in item.columns)
-        """The bind names of the columns it returns, for the steps after it."""
-
-
-class _Program:
-    """A guarded program's steps compiled for sqlite3, with how its outputs are read back.
-
-    Its values are one dict per run (`values`): the inputs by their own names (a statement's
-    `p_<name>`), the statements' literals (`<n>:<name>`), then each step's columns as
-    `s_<step>_<column>`, each set before a later step reads it (so an input of that name,
-    had a caller passed one, is never read)."""
-
-    __slots__ = (
-        "built",
-        "consts",
-        "fresh",
-        "makers",
-        "outputs",
-        "pick_outputs",
-        "program",
-        "steps",
-    )
-
-    def __init__(
-        self, program: guarded.Program, built: guarded.Compiled, prepare: Callable[[Any], Prepared]
-    ) -> None:
-        self.program = program
-        self.built = built
-        self.consts: dict[str, Any] = {}
-        self.makers: dict[str, Callable[[], Any]] = {}
-        self.steps = tuple(
-            _Step(item, prepare, index, self.consts, self.makers)
-            for index, item in enumerate(built.steps)
-        )
-        self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
-        self.outputs = built.outputs
-        keys = tuple("s_" + name.replace(".", "_", 1) for name in built.outputs)
-        self.pick_outputs: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
-            itemgetter(*keys) if len(keys) > 1 else _pick_one(keys[0]) if keys else _pick_none
-        )
-        """The outputs' values from a run's values, in `outputs` order."""
-
-    def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """`aio.program_values` in this program's shape: a fresh id (from the bound ids) for
-        each `Compiled.fresh` input not given."""
-        values = dict(params)
-        values.update(self.consts)  # after the inputs: no input can replace a literal
-        for name, make in self.makers.items():
-            values[name] = make()
-        for name, prefix in self.fresh:
-            if name not in values:
-                values[name] = new_id(prefix)
-        return values
 
 
 class _Connection:
@@ -356,85 +166,33 @@ class _Connection:
 
 
 def _run_program(
-    db: SqliteDatabase, raw: sqlite3.Connection, program: _Program, values: dict[str, Any]
+    db: SqliteDatabase,
+    raw: sqlite3.Connection,
+    runnable: Runnable[ProgramStatement],
+    values: dict[str, Any],
 ) -> dict[str, Any] | None:
-    """`guarded._run_steps`: the program's steps one after another in `raw`'s transaction,
-    each compiled once as the sync side compiles it (`guarded.Compiled.sql`); a counted step
-    (no RETURNING, decision 0490) is empty when its write changed no row. A rerun with
-    the same `values` reads what it read the first time: a step's columns are set before any
-    later step reads them."""
+    """`runnable` run on `raw`, in its transaction: each statement the runner asks for sent
+    as compiled once (`ProgramStatement`), each value processed once per run."""
     done: dict[Any, Any] = {}
-    for step in program.steps:
-        row: tuple[Any, ...] | None
-        if not step.counted:
-            row = _first(db, raw, step.statement, values, done)
-        elif _count(db, raw, step.statement, values, done) <= 0:
-            row = None
-        elif step.read is not None:
-            row = _first(db, raw, step.read, values, done)
-            if row is None:  # the row it wrote, by a unique key: never missing
-                raise AssertionError(f"{step.read.sql}: the row written is missing")
-        else:
-            row = step.known(values)
-        if row is not None:
-            values.update(zip(step.names, row, strict=True))
-            continue
-        if step.empty is guarded.Empty.STOP:
-            return None
-        if step.empty is guarded.Empty.REFUSE:
-            required = True
-            if step.required_if is not None:
-                found = _first(db, raw, step.required_if, values, done)
-                required = bool(found[0]) if found is not None else False
-            if required:
-                detail: tuple[Any, ...] = ()
-                if step.detail is not None:
-                    detail = _first(db, raw, step.detail, values, done) or ()
-                raise guarded.Refused(
-                    step.code, tuple(None if v is None else str(v) for v in detail)
-                )
-        for name in step.names:
-            values[name] = None
-    return dict(zip(program.outputs, program.pick_outputs(values), strict=True))
+    observed = db.observed
+
+    def send(kind: int, statement: ProgramStatement) -> Any:
+        sql = statement.sql
+        if observed.listeners:
+            observed.tell("sql", sql)
+        try:
+            cursor = raw.execute(sql, statement.values(values, done))
+        except sqlite3.Error as error:
+            raise sqlalchemy_error(error, sql) from error
+        if kind == COUNT:
+            return cursor.rowcount
+        found = cursor.fetchone()
+        return None if found is None else statement.prepared.row(found)
+
+    return drive(runnable.run(values), send)
 
 
-def _count(
-    db: SqliteDatabase,
-    raw: sqlite3.Connection,
-    bound: _Bound,
-    values: Mapping[str, Any],
-    done: dict[Any, Any],
-) -> int:
-    """The rows a counted step's write (no RETURNING) changed, for a program's `values`."""
-    sql = bound.sql
-    if db.observed.listeners:
-        db.observed.tell("sql", sql)
-    try:
-        return raw.execute(sql, bound.values(values, done)).rowcount
-    except sqlite3.Error as error:
-        raise sqlalchemy_error(error, sql) from error
-
-
-def _first(
-    db: SqliteDatabase,
-    raw: sqlite3.Connection,
-    bound: _Bound,
-    values: Mapping[str, Any],
-    done: dict[Any, Any],
-) -> tuple[Any, ...] | None:
-    """The first row `bound` returns for a program's `values` (result processors applied, as
-    `_Connection._rows` applies them)."""
-    sql = bound.sql
-    if db.observed.listeners:
-        db.observed.tell("sql", sql)
-    try:
-        found = raw.execute(sql, bound.values(values, done)).fetchone()
-    except sqlite3.Error as error:
-        raise sqlalchemy_error(error, sql) from error
-    return None if found is None else bound.prepared.row(found)
-
-
-class SqliteDatabase:
+class SqliteDatabase(Writes):
     """`plans.AsyncDatabase` on SQLite (see the module docstring)."""
 
     dialect: str = "sqlite"
@@ -463,22 +221,11 @@ class SqliteDatabase:
         )
         self._closed = False
         self.observed = Observed()
-        self._programs: dict[int, _Program] = {}
-
-    def program(self, program: guarded.Program) -> _Program:
-        """`program`'s steps compiled for this database, once."""
-        found = self._programs.get(id(program))
-        if found is None or found.program is not program:
-            if len(self._programs) >= _MAX_PROGRAMS:  # programs built per call (tests)
-                self._programs.clear()
-            found = _Program(program, guarded.compiled(program, "sqlite"), self._compile)
-            self._programs[id(program)] = found
-        return found
-
-    def _compile(self, clause: Any) -> Prepared:
-        compiled = clause.compile(dialect=self.statements.dialect)
-        assert isinstance(compiled, SQLCompiler)
-        return Prepared(compiled, self.statements.dialect)
+        dialect = self.statements.dialect
+        self.program: Programs[ProgramStatement] = Programs(
+            "sqlite", lambda clause, literals: ProgramStatement(clause, literals, dialect)
+        )
+        """Each program's statements compiled for sqlite3, once."""
 
     # --- connections --------------------------------------------------------------------
 
@@ -717,7 +464,10 @@ class _Item:
     __slots__ = ("future", "program", "values")
 
     def __init__(
-        self, program: _Program, values: dict[str, Any], future: asyncio.Future[Any]
+        self,
+        program: Runnable[ProgramStatement],
+        values: dict[str, Any],
+        future: asyncio.Future[Any],
     ) -> None:
         self.program = program
         self.values = values
@@ -750,7 +500,9 @@ class _Group:
         self._queue: collections.deque[_Item] = collections.deque()
         self._task: asyncio.Task[None] | None = None
 
-    async def submit(self, program: _Program, values: dict[str, Any]) -> dict[str, Any] | None:
+    async def submit(
+        self, program: Runnable[ProgramStatement], values: dict[str, Any]
+    ) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()
         item = _Item(program, values, loop.create_future())
         self._queue.append(item)

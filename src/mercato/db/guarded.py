@@ -18,7 +18,8 @@ same step statements are put together:
 
 - **PostgreSQL** (`Compiled.statement`): ONE statement, i.e. one round trip, without any
   database function. Its first CTE takes the advisory lock `MONEY_LOCK` shared, before any row
-  lock (a group commit holds it exclusively, decision 0370). Every step is a data-modifying CTE
+  lock; `Compiled.exclusive` is the same statement taking it exclusively, which a group commit
+  sends (decisions 0370, 0440). Every step is a data-modifying CTE
   (`WITH s1 AS (INSERT … RETURNING …), s2 AS (UPDATE … WHERE x = (SELECT x FROM s1) … RETURNING
   …), …`) gated on the step before it, so the steps run in program order: `EXISTS (SELECT 1 FROM
   <last REFUSE/STOP step>)` (nothing runs after a refusal or a stop) and, after a SKIP step,
@@ -40,34 +41,19 @@ same step statements are put together:
   values it inserted as bound (`known`) or are read back by a unique key (`read`).
 
 Ids the rules need fresh on every run (a transfer's, its entries', new accounts') are declared
-by the steps (`Step.fresh`) and made by `run` unless the caller passes them. Inputs are passed
-by name without prefix (`run(session, program, {"amount": 10, …})`); the
-statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
+by the steps (`Step.fresh`). Inputs are passed by name without prefix (`{"amount": 10, …}`);
+the statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
 executed with a parameter named after a column would SET it).
 
-`run` executes a compiled program on a sync SQLAlchemy `Session` and returns the outputs as
-`{"<step>.<column>": value}`, or None when a STOP step was empty; a refusal raises `Refused`
-(`code`, `detail`), which each domain service maps to its MercatoError.
-
-An async executor (asyncpg, aiosqlite) needs nothing else from the domain modules. Take
-`compiled(program, dialect)` and build the values as `run` does (inputs as `p_<name>`, plus a
-fresh id for each name in `Compiled.fresh` not given). On PostgreSQL compile
-`Compiled.statement` once for the driver's dialect (`c = statement.compile(dialect=…)`:
-`c.string` is the SQL, `c.positiontup` the bind names in placeholder order; convert values the
-way each bind's type does, e.g. `UTCDateTime` wants an aware datetime), execute that text with
-the values, read the one row (`mercato_ok`: 0 stopped, 1 done; then the columns of
-`Compiled.outputs` in order) and turn an error whose SQLSTATE is 22P02 into `Refused` with
-`parse_refusal(message)`. On SQLite run `Compiled.steps` in order in one transaction with the
-rules of `_run_steps` below: a `counted` step is empty when its write counts no row, else its
-row is `read` (when set) or the values of `known`; bind each step's row as
-`s_<step>_<column>` (NULL when empty); an empty STOP step returns None; an empty REFUSE step
-runs `required_if` (when set) and `detail`, then raises.
+This module only compiles. How a compiled program runs (its values and fresh ids, the step
+loop, the one statement's row and refusal) is `mercato.db.runner`'s, the same for the sync
+Session and the async drivers (decision 0564); a refusal raises `Refused` (`code`, `detail`),
+which each domain service maps to its MercatoError.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -97,9 +83,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.sqlite.dml import OnConflictDoNothing, OnConflictDoUpdate
-from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import (
@@ -113,19 +96,13 @@ from sqlalchemy.sql.elements import (
 from sqlalchemy.sql.schema import Column, UniqueConstraint
 from sqlalchemy.types import TypeEngine
 
-from mercato.core.ids import new_id
-from mercato.db.uow import one_statement
-
 REFUSAL_TAG = "mercato-refusal"
 MONEY_LOCK = int.from_bytes(b"mercato", "big")
 """The PostgreSQL advisory lock key of the money statements: each program takes it shared
 (its first CTE, before any row lock); a group commit of several programs in one transaction
-(`mercato.db.aio_postgres`) takes it exclusively first (decisions 0370, 0440: `exclusive`)."""
+(`mercato.db.aio_postgres`) sends them taking it exclusively (`Compiled.exclusive`, decisions
+0370, 0440)."""
 _MONEY_LOCK_CTE = "mercato_money"
-_SHARED_LOCK = f"pg_advisory_xact_lock_shared({MONEY_LOCK})"
-_EXCLUSIVE_LOCK = f"pg_advisory_xact_lock({MONEY_LOCK})"
-_REFUSAL = re.compile(REFUSAL_TAG + r"\|([A-Za-z0-9_-]+)\|((?:[^|\"]*\|)*)\d+")
-_INVALID_TEXT = "22P02"
 
 
 class Empty(enum.Enum):
@@ -237,7 +214,7 @@ class Step:
     required_if: Expr | None = None
     only: str | None = None  # the one dialect this step exists on (PostgreSQL's lock)
     fresh: tuple[tuple[str, str], ...] = ()
-    """Inputs `run` fills with a fresh id when the caller gives none: (name, id prefix)."""
+    """Inputs the runner fills with a fresh id when the caller gives none: (name, id prefix)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -277,36 +254,11 @@ class Compiled:
     dialect: str
     outputs: tuple[str, ...]
     fresh: tuple[tuple[str, str], ...] = ()  # (bind name, id prefix)
-    statement: Select[Any] | None = None  # PostgreSQL
+    statement: Select[Any] | None = None
+    """PostgreSQL: the program's one statement (the money lock shared)."""
     steps: list[CompiledStep] = field(default_factory=list)  # SQLite
-    _sql: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
-
-    def sql(self, dialect: Dialect) -> list[Any]:
-        """Every statement compiled for `dialect`, once (SQLAlchemy's statement cache is not
-        used: the dialect's upsert constructs are not cacheable, and a statement compiled
-        ahead skips even the cache key): PostgreSQL `[statement]`; SQLite, per step,
-        `[statement, required_if, detail, read]`."""
-        key = (dialect.driver, str(dialect.paramstyle))
-        found = self._sql.get(key)
-        if found is None:
-
-            def build(clause: Any) -> Any:
-                return None if clause is None else clause.compile(dialect=dialect)
-
-            if self.statement is not None:
-                found = [build(self.statement)]
-            else:
-                found = [
-                    [
-                        build(item.statement),
-                        build(item.required_if),
-                        build(item.detail),
-                        build(item.read),
-                    ]
-                    for item in self.steps
-                ]
-            self._sql[key] = found
-        return found
+    exclusive: Select[Any] | None = None
+    """PostgreSQL: `statement` taking the money lock exclusively (a group commit's)."""
 
 
 def _returned(statement: Any) -> dict[str, Any]:
@@ -537,13 +489,22 @@ def _compile_one_statement(
     outputs: tuple[str, ...],
     fresh: tuple[tuple[str, str], ...],
 ) -> Compiled:
+    shared = _one_statement(program, steps, func.pg_advisory_xact_lock_shared)
+    exclusive = _one_statement(program, steps, func.pg_advisory_xact_lock)
+    return Compiled("postgresql", outputs, fresh, statement=shared, exclusive=exclusive)
+
+
+def _one_statement(program: Program, steps: list[Step], lock: Any) -> Select[Any]:
+    """The program as one statement whose first CTE takes the money lock with `lock` (shared
+    alone; exclusive in a group commit, which every program of the group takes again in its
+    one transaction: the lock is re-entrant, decisions 0370, 0440)."""
     ctes: dict[str, CTE] = {}
     refs = Refs("postgresql", ctes, {})
     # The money lock, shared: taken before any row lock, so that a group commit (which holds
     # it exclusively) never interleaves its row locks with another money statement's.
-    ctes[_MONEY_LOCK_CTE] = select(
-        func.pg_advisory_xact_lock_shared(inline(MONEY_LOCK, BigInteger)).label("locked")
-    ).cte(_MONEY_LOCK_CTE)
+    ctes[_MONEY_LOCK_CTE] = select(lock(inline(MONEY_LOCK, BigInteger)).label("locked")).cte(
+        _MONEY_LOCK_CTE
+    )
     anchor: str | None = _MONEY_LOCK_CTE
     previous: str | None = _MONEY_LOCK_CTE
     for step in steps:
@@ -574,18 +535,7 @@ def _compile_one_statement(
     for name in dict.fromkeys(step for step, _ in program.outputs):
         joined = joined.outerjoin(ctes[name], true())
     columns = [ctes[s].c[c].label(f"{s}__{c}") for s, c in program.outputs]
-    statement = select(ok.c.mercato_ok, *columns).select_from(joined).add_cte(*ctes.values())
-    return Compiled("postgresql", outputs, fresh, statement=statement)
-
-
-def exclusive(sql: str) -> str:
-    """A PostgreSQL program's SQL text (as compiled for a driver) taking the money lock
-    exclusively instead of shared: the text a group commit pipelines (decision 0440). Nothing
-    else of the statement changes (the lock is re-entrant: every program of a group takes it
-    again in the group's one transaction)."""
-    if sql.count(_SHARED_LOCK) != 1 or _EXCLUSIVE_LOCK in sql:
-        raise ValueError("not a money program's SQL: its first CTE takes the money lock shared")
-    return sql.replace(_SHARED_LOCK, _EXCLUSIVE_LOCK, 1)
+    return select(ok.c.mercato_ok, *columns).select_from(joined).add_cte(*ctes.values())
 
 
 def _tag(step: Step, refs: Refs, cte: CTE) -> Any:
@@ -597,79 +547,7 @@ def _tag(step: Step, refs: Refs, cte: CTE) -> Any:
     return func.concat(*parts)
 
 
-def parse_refusal(message: str) -> Refused | None:
-    """The refusal a PostgreSQL error message carries (None: not a refusal)."""
-    found = _REFUSAL.search(message)
-    if found is None:
-        return None
-    detail = tuple(value or None for value in found.group(2).split("|")[:-1])
-    return Refused(found.group(1), detail)
-
-
 @lru_cache(maxsize=256)
 def compiled(program: Program, dialect: str) -> Compiled:
     """`compile_program`, memoized: each program is built once per dialect."""
     return compile_program(program, dialect)
-
-
-def run(session: Session, program: Program, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Run `program` in `session` (its outputs; None when it stopped); raises `Refused`."""
-    dialect = session.get_bind().dialect
-    built = compiled(program, dialect.name)
-    sql = built.sql(dialect)
-    values = {f"p_{name}": value for name, value in params.items()}
-    for name, prefix in built.fresh:
-        if name not in values:
-            values[name] = new_id(prefix)
-    if built.statement is None:
-        return _run_steps(session, built, sql, values)
-    one_statement(session)
-    try:
-        row = session.connection().execute(sql[0], values).one()
-    except DBAPIError as error:
-        refused = _refusal_of(error)
-        if refused is None:
-            raise
-        raise refused from None
-    if row[0] == 0:
-        return None
-    return dict(zip(built.outputs, row[1:], strict=True))
-
-
-def _refusal_of(error: DBAPIError) -> Refused | None:
-    if getattr(error.orig, "sqlstate", None) != _INVALID_TEXT:
-        return None
-    return parse_refusal(str(error.orig))
-
-
-def _run_steps(
-    session: Session, built: Compiled, sql: list[Any], values: dict[str, Any]
-) -> dict[str, Any] | None:
-    connection = session.connection()
-    for item, (statement, required_if, detail_of, read) in zip(built.steps, sql, strict=True):
-        step = item.step
-        row: Sequence[Any] | None
-        if not item.counted:
-            row = connection.execute(statement, values).first()
-        elif connection.execute(statement, values).rowcount <= 0:
-            row = None
-        elif read is not None:
-            row = connection.execute(read, values).one()
-        else:
-            row = tuple(values[name] for name in item.known)
-        if row is not None:
-            for column, value in zip(item.columns, row, strict=True):
-                values[f"s_{step.name}_{column}"] = value
-            continue
-        if step.empty is Empty.STOP:
-            return None
-        if step.empty is Empty.REFUSE and (
-            required_if is None or connection.execute(required_if, values).scalar()
-        ):
-            detail: tuple[Any, ...] = ()
-            if detail_of is not None:
-                detail = tuple(connection.execute(detail_of, values).one())
-            raise Refused(step.code, tuple(None if v is None else str(v) for v in detail))
-        for column in item.columns:
-            values[f"s_{step.name}_{column}"] = None
-    return {name: values["s_" + name.replace(".", "_", 1)] for name in built.outputs}

@@ -39,7 +39,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
-from mercato.db import guarded
+from mercato.db import guarded, runner
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -63,6 +63,10 @@ class Run:
 
     program: guarded.Program
     params: Mapping[str, Any]
+    last: bool = False
+    """Nothing follows this operation in its plan, whatever it answers: a plan whose first
+    operation it is is one statement, and `AsyncDatabase.write` runs it alone (PostgreSQL:
+    autocommit; both: with the loop's other money programs), not in a transaction."""
 
 
 Op: TypeAlias = Rows | Run
@@ -85,7 +89,7 @@ def scalar(rows: list[Row]) -> Any:
 def execute_sync(session: Session, op: Op) -> Any:
     """One operation on a sync SQLAlchemy session."""
     if isinstance(op, Run):
-        return guarded.run(session, op.program, op.params)
+        return runner.run(session, op.program, op.params)
     result = session.execute(op.statement, op.params)
     # A statement without rows (a DML without RETURNING) comes back as a closed cursor result;
     # the ORM's results of a SELECT always have rows.
@@ -139,13 +143,22 @@ class AsyncDatabase(Protocol):
         program's one data-modifying CTE); on SQLite a transaction."""
         ...
 
+    async def write(self, plan: Callable[[], Plan[T]]) -> T:
+        """Run the plan `plan()` makes as one unit of work: alone when its first operation is
+        a `Run` marked `last` (`statement()`), else in a `transaction()`; made and run again
+        from scratch when PostgreSQL chose it as the victim of a deadlock or serialization
+        failure (it was rolled back whole)."""
+        ...
+
     async def close(self) -> None: ...
 
 
-async def run_async(conn: AsyncConnection, plan: Plan[T]) -> T:
-    """Drive `plan` to its end on an async connection; its return value."""
+async def run_async(conn: AsyncConnection, plan: Plan[T], op: Op | None = None) -> T:
+    """Drive `plan` (which asked for `op` already, when given) to its end on an async
+    connection; its return value."""
     try:
-        op = next(plan)
+        if op is None:
+            op = next(plan)
         while True:
             try:
                 result = await conn.execute(op)

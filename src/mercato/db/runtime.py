@@ -66,7 +66,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         if self.aio is None:
-            self.aio = make_async_database(self.db)
+            self.aio = make_async_database(self.db, sleep=self.asleep, random=self.random)
         if self.bulkhead is None:
             self.bulkhead = Bulkhead(
                 per_connection=self.settings.provider_max_in_flight,

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from random import Random
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import orjson
 from sqlalchemy import bindparam
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 
 from mercato.accounts import service as accounts
 from mercato.accounts.errors import KeyDisproved, KeySpendLimitReached
@@ -65,9 +64,6 @@ from mercato.quotas.errors import RateLimitExceeded
 from mercato.quotas.schemas import Policy, QuotaStatus
 from mercato.settings import Settings
 
-_TX_ATTEMPTS = 5
-_RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock, serialization failure
-T = TypeVar("T")
 _SYNC_BACKOFF_BASE = 0.05
 _SYNC_BACKOFF_CAP = 0.5
 _RETRY_BACKOFF_BASE = 0.5
@@ -126,31 +122,6 @@ def _later(runtime: Runtime, seconds: float) -> dt.datetime:
 def max_sends(runtime: Runtime) -> int:
     """The first send plus `redispatch_attempts` redispatches (DESIGN.md §3, decision 0061)."""
     return 1 + runtime.settings.redispatch_attempts
-
-
-async def in_transaction(
-    runtime: Runtime,
-    work: Callable[[AsyncConnection], Awaitable[T]],
-    *,
-    one_statement: bool = False,
-) -> T:
-    """Run `work` in one transaction, again from scratch if PostgreSQL picked it as the victim
-    of a deadlock or serialization failure (it was rolled back whole, so a rerun is safe).
-
-    `one_statement`: `work` runs a single statement on PostgreSQL (a money program, one
-    data-modifying CTE), so it runs in `adb.statement()`, atomic without BEGIN and COMMIT
-    (decisions 0191, 0240); on SQLite that is an ordinary transaction."""
-    adb = runtime.adb
-    for attempt in range(1, _TX_ATTEMPTS + 1):
-        try:
-            async with adb.statement() if one_statement else adb.transaction() as conn:
-                return await work(conn)
-        except OperationalError as exc:
-            state = getattr(exc.orig, "sqlstate", None)
-            if state not in _RETRY_SQLSTATES or attempt == _TX_ATTEMPTS:
-                raise
-            await runtime.asleep(runtime.random.random() * 0.05 * attempt)
-    raise AssertionError("unreachable")
 
 
 _ADDRESSES: dict[tuple[str, str, int, str], tuple[Settings, Address]] = {}
@@ -519,9 +490,8 @@ async def _accept_holding(
     owner = runtime.ids.new("lease")
     now = runtime.clock.now()
 
-    async def accept(conn: AsyncConnection) -> QuotaStatus | None:
-        return await invocations.accept.aio(
-            conn,
+    def accept() -> Plan[QuotaStatus | None]:
+        return invocations.accept.plan(
             invocation_id=invocation_id,
             account_id=request.account_id,
             channel=request.channel,
@@ -542,7 +512,7 @@ async def _accept_holding(
     runtime.failpoints.hit(BEFORE_ACCEPT)
     refused: Exception | None = None
     try:
-        quota = await in_transaction(runtime, accept, one_statement=True)
+        quota = await adb.write(accept)
     except (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded) as error:
         if served is not None:
             raise  # `run` answers it the uncached way
@@ -686,10 +656,9 @@ async def _fail(
     runtime: Runtime, job: Job, owner: str, error_code: str, provider_http_status: int | None
 ) -> InvocationView | None:
 
-    async def finish(conn: AsyncConnection) -> InvocationView | None:
+    def finish() -> Plan[InvocationView | None]:
         runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the release has been sent yet
-        return await invocations.finish_failure.aio(
-            conn,
+        return invocations.finish_failure.plan(
             invocation_id=job.invocation_id,
             lease_owner=owner,
             error_code=error_code,
@@ -697,7 +666,7 @@ async def _fail(
             now=runtime.clock.now(),
         )
 
-    return await in_transaction(runtime, finish, one_statement=True)
+    return await runtime.adb.write(finish)
 
 
 def _valid_manifest(result: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -727,10 +696,9 @@ async def conclude(
         if not valid:
             return await _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
-        async def finish(conn: AsyncConnection) -> InvocationView | None:
+        def finish() -> Plan[InvocationView | None]:
             runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the settlement has been sent yet
-            return await invocations.finish_success.aio(
-                conn,
+            return invocations.finish_success.plan(
                 invocation_id=job.invocation_id,
                 lease_owner=owner,
                 result=orjson.dumps(result),
@@ -738,8 +706,7 @@ async def conclude(
                 now=runtime.clock.now(),
             )
 
-        single = invocations.settles_in_one_statement(manifest)
-        return await in_transaction(runtime, finish, one_statement=single)
+        return await runtime.adb.write(finish)
     if classified.outcome is Outcome.DEFINED_FAILURE and envelope is not None:
         assert envelope.error_code is not None
         return await _fail(runtime, job, owner, envelope.error_code, envelope.http_status)

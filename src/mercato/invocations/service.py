@@ -25,8 +25,8 @@ from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
 from mercato.core.ids import new_id
-from mercato.db import guarded
-from mercato.db.aio_reads import SLOT, grouped
+from mercato.db import guarded, runner
+from mercato.db.aio_reads import grouped
 from mercato.db.plans import Plan, Rows, Run, first, query
 from mercato.invocations import money, spend
 from mercato.invocations.errors import (
@@ -156,13 +156,12 @@ def find_replay(
         "idempotency_key": idempotency_key,
         "digest": digest,
         "default_policy": default.name,
-        SLOT: 0,
     }
     row = first((yield Rows(_REPLAY, params)))
     if row is None:
         return None
     width = _VIEW_WIDTH
-    quota = quotas.window_status(tuple(row[width + 1 : -1]), default, now)  # not the SLOT
+    quota = quotas.window_status(tuple(row[width + 1 :]), default, now)
     return Replayed(_view(row[:width]), quota, accounts.key_proven(row[width]))
 
 
@@ -301,7 +300,7 @@ def accept(
         **spend.start_params(now),
     }
     try:
-        accepted = yield Run(money.ACCEPT, params)
+        accepted = yield Run(money.ACCEPT, params, last=True)
     except guarded.Refused as refused:
         if refused.code == quotas.EXHAUSTED:
             raise quotas.slot_refused(policy, now) from None
@@ -632,15 +631,17 @@ def _conclude(
     """Run a terminal program: the invocation as it leaves it, or None when it stopped (the
     lease was lost, or the call is no longer pending)."""
     try:
-        done = guarded.run(session, program, params)
+        done = runner.run(session, program, params)
     except guarded.Refused as refused:
         raise ledger.refusal(refused) from None
     return _concluded(done)
 
 
-def _conclude_plan(program: guarded.Program, params: dict[str, Any]) -> Plan[InvocationView | None]:
+def _conclude_plan(
+    program: guarded.Program, params: dict[str, Any], *, last: bool
+) -> Plan[InvocationView | None]:
     try:
-        done = yield Run(program, params)
+        done = yield Run(program, params, last=last)
     except guarded.Refused as refused:
         raise ledger.refusal(refused) from None
     return _concluded(done)
@@ -658,8 +659,7 @@ def finish_success(
     """SUCCEEDED: charge the reservation (and record the artifact manifest); once only.
 
     Returns the invocation as this transaction leaves it, or None when the lease was lost.
-    Without a manifest to record this is one statement on PostgreSQL (`money.SETTLE`;
-    `Database.statement()` runs it without BEGIN or COMMIT)."""
+    Without a manifest to record this is one statement (`money.SETTLE`, `Run.last`)."""
     view = yield from _conclude_plan(
         money.SETTLE,
         {
@@ -673,18 +673,13 @@ def finish_success(
             "set_updated_at": now,
             "now": now,
         },
+        last=not artifacts,
     )
     if view is not None and view.has_artifact_contract and artifacts:
         yield from artifact_service.record_manifest.plan(
             invocation_id=invocation_id, entries=artifacts, now=now
         )
     return view
-
-
-def settles_in_one_statement(artifacts: list[dict[str, Any]] | None) -> bool:
-    """Whether `finish_success` is one statement (run it in `Database.statement()`): unless
-    there is an artifact manifest to record."""
-    return not artifacts
 
 
 @query
@@ -714,6 +709,7 @@ def finish_failure(
                 "set_updated_at": now,
                 "now": now,
             },
+            last=True,
         )
     )
 

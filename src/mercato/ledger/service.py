@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from mercato.core.errors import MercatoError
 from mercato.core.ids import new_id
-from mercato.db import guarded
+from mercato.db import guarded, runner
 from mercato.db.plans import Plan, Rows, first, query
 from mercato.ledger import rules
 from mercato.ledger.checks import run_checks
@@ -127,7 +127,7 @@ def reserve(
     }
     try:
         with _atomic(session, savepoint):
-            guarded.run(session, _RESERVE, params)
+            runner.run(session, _RESERVE, params)
     except guarded.Refused as refused:
         raise refusal(refused, amount=amount) from None
     except IntegrityError:
@@ -211,7 +211,7 @@ def _resolve_with(
 ) -> None:
     try:
         with _atomic(session, savepoint):
-            guarded.run(session, program, params)
+            runner.run(session, program, params)
     except guarded.Refused as refused:
         raise refusal(refused) from None
 
@@ -572,7 +572,7 @@ def _post(
         params[f"points{i}"] = abs(leg.amount)
     program = _transfer_program(kind, tuple((leg.kind, leg.amount < 0) for leg in legs))
     try:
-        guarded.run(session, program, params)
+        runner.run(session, program, params)
     except guarded.Refused as refused:
         leg = legs[int(refused.code.removeprefix("leg"))]
         raise (leg.on_short or _invariant_broken)(refused.number(0), -leg.amount) from None

@@ -806,7 +806,7 @@ def test_a_programs_own_values_are_bound_per_run_and_no_input_replaces_them(
         return out
 
     if runtime.adb.dialect == "sqlite":  # inputs named as the steps keep their literals
-        literals = runtime.adb.program(program).consts  # type: ignore[attr-defined]
+        literals = runtime.adb.program(program).literals.consts  # type: ignore[attr-defined]
         assert sorted(map(str, literals.values())) == ["!", "-echo", "100", "3"]
         mimics.update(dict.fromkeys(literals, 0))
     assert run_on_fresh_loop(scenario()) == [

@@ -19,7 +19,7 @@ from builders.accounts import make_account
 from builders.event_loops import run_on_fresh_loop
 from mercato.accounts.models import Account
 from mercato.db.aio_postgres import PostgresDatabase
-from mercato.db.aio_reads import GROUP_MAX, SLOT, grouped, read_group
+from mercato.db.aio_reads import GROUP_MAX, grouped, read_group
 from mercato.db.plans import Rows
 from mercato.db.runtime import Runtime
 
@@ -50,8 +50,8 @@ async def _warm(runtime: Runtime, units: int) -> None:
 
 async def _read(runtime: Runtime, pattern: str) -> list[tuple[Any, ...]]:
     async with runtime.adb.read() as conn:
-        rows = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
-    return [tuple(row[:-1]) for row in rows]  # not the SLOT
+        rows = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern}))
+    return [tuple(row) for row in rows]
 
 
 def test_concurrent_reads_each_get_their_own_rows(runtime: Runtime) -> None:
@@ -87,7 +87,7 @@ def test_grouped_reads_share_one_connection_but_a_transaction_keeps_its_own(
 ) -> None:
     async def read_backend() -> int:
         async with runtime.adb.read() as conn:
-            rows = await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+            rows = await conn.execute(Rows(_GROUPED_BACKEND, {}))
         return int(rows[0][0])
 
     async def scenario() -> tuple[list[int], int, int]:
@@ -96,7 +96,7 @@ def test_grouped_reads_share_one_connection_but_a_transaction_keeps_its_own(
             own = (await conn.execute(Rows(_BACKEND)))[0][0]
             # The readers and the transaction's own read asked for at the same turn.
             *pids, in_transaction = await asyncio.gather(
-                *(read_backend() for _ in range(5)), conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+                *(read_backend() for _ in range(5)), conn.execute(Rows(_GROUPED_BACKEND, {}))
             )
         return cast(list[int], pids), int(own), int(in_transaction[0][0])
 
@@ -118,13 +118,13 @@ def test_on_sqlite_a_grouped_first_read_runs_alone_and_the_unit_begins_at_its_ne
 
     async def scenario() -> tuple[int, int, int, bool]:
         async with runtime.adb.read() as conn:
-            first = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
+            first = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern}))
             make_account(runtime.db, "a2@alone.example")  # committed between the two
             second = await conn.execute(Rows(_PLAIN, {"pattern": pattern}))
             make_account(runtime.db, "a3@alone.example")  # after the transaction began
             third = await conn.execute(Rows(_PLAIN, {"pattern": pattern}))
         async with runtime.adb.read() as conn:  # the connection went back fit for reuse
-            again = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern, SLOT: 0}))
+            again = await conn.execute(Rows(_BY_PATTERN, {"pattern": pattern}))
         return len(first), len(second), len(third), len(again) == 3
 
     assert run_on_fresh_loop(scenario()) == (1, 2, 2, True)
@@ -132,7 +132,7 @@ def test_on_sqlite_a_grouped_first_read_runs_alone_and_the_unit_begins_at_its_ne
 
 async def _backend(adb: PostgresDatabase) -> int:
     async with adb.read() as conn:
-        rows = await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0}))
+        rows = await conn.execute(Rows(_GROUPED_BACKEND, {}))
     return int(rows[0][0])
 
 
@@ -169,7 +169,7 @@ def test_a_batch_that_takes_a_connection_never_waits_on_its_holder(runtime: Runt
                 own = (await conn.execute(Rows(_BACKEND)))[0][0]  # takes the one connection
                 holding.set()
                 await go.wait()
-                grouped_pid = (await conn.execute(Rows(_GROUPED_BACKEND, {SLOT: 0})))[0][0]
+                grouped_pid = (await conn.execute(Rows(_GROUPED_BACKEND, {})))[0][0]
             return int(own), int(grouped_pid)
 
         held = asyncio.ensure_future(holder())

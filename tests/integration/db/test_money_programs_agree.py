@@ -1,5 +1,5 @@
 """The ledger's money programs give the same answers and leave the same balances whether a
-sync Session (`guarded.run`) or the async driver (`Run` on `runtime.adb`) executes them: one
+sync Session (`runner.run`) or the async driver (`Run` on `runtime.adb`) executes them: one
 scripted sequence of reserves, settles, releases and refunds, refusals included, each its own
 one-statement unit, run once per side on accounts of its own."""
 
@@ -10,7 +10,7 @@ from typing import Any
 from builders.accounts import make_account
 from builders.event_loops import run_on_fresh_loop
 from mercato.core.clock import utcnow
-from mercato.db import guarded
+from mercato.db import guarded, runner
 from mercato.db.plans import Run
 from mercato.db.runtime import Runtime
 from mercato.ledger import service as ledger
@@ -94,7 +94,7 @@ def test_sync_and_async_sides_run_the_money_programs_alike(runtime: Runtime) -> 
 
         def run() -> Any:
             with runtime.db.statement() as session:
-                return guarded.run(session, program, params)
+                return runner.run(session, program, params)
 
         return _answer(run)
 

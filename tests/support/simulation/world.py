@@ -38,6 +38,7 @@ from mercato.catalog import service as catalog
 from mercato.catalog.schemas import ConnectionFacts
 from mercato.core.clock import FakeClock
 from mercato.core.ids import format_id
+from mercato.db.aio import Writes
 from mercato.db.plans import AsyncConnection, AsyncDatabase
 from mercato.db.runtime import Runtime
 from mercato.dispatch.client import ProviderClient
@@ -303,13 +304,17 @@ class Crasher:
             await self.due.pop(0)()
 
 
-class InterleavingDatabase:
-    """The Runtime's async database: the real one, after any interleaving that is due."""
+class InterleavingDatabase(Writes):
+    """The Runtime's async database: the real one, after any interleaving that is due (its
+    `write` takes its units from here)."""
 
     def __init__(self, inner: AsyncDatabase, crasher: Crasher) -> None:
         self._inner = inner
         self._crasher = crasher
         self.dialect = inner.dialect
+        assert isinstance(inner, Writes)
+        self._sync = inner._sync
+        self.retry_sleep, self.retry_random = inner.retry_sleep, inner.retry_random
 
     def read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return self._after_due(self._inner.read)

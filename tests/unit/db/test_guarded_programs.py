@@ -10,7 +10,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from builders.ledger import ledger_account
 from mercato.core.clock import utcnow
-from mercato.db import guarded
+from mercato.db import guarded, runner
 from mercato.db.uow import Database
 from mercato.invocations import money
 from mercato.ledger import service as ledger
@@ -21,7 +21,9 @@ def test_a_program_is_built_and_compiled_once_per_dialect(db: Database) -> None:
     dialect = db.engine.dialect
     first = guarded.compiled(money.ACCEPT, dialect.name)
     assert guarded.compiled(money.ACCEPT, dialect.name) is first
-    assert first.sql(dialect) is first.sql(dialect)
+    assert runner.sync_runnable(money.ACCEPT, dialect) is runner.sync_runnable(
+        money.ACCEPT, dialect
+    )
     assert (first.statement is None) == (dialect.name == "sqlite")
 
 
@@ -69,23 +71,23 @@ def test_running_a_rule_compiles_nothing(db: Database, monkeypatch: pytest.Monke
 def test_a_refusal_tag_is_read_back(
     message: str, code: str, detail: tuple[str | None, ...]
 ) -> None:
-    refused = guarded.parse_refusal(message)
+    refused = runner.parse_refusal(message)
     assert refused is not None and (refused.code, refused.detail) == (code, detail)
 
 
 def test_an_unrelated_error_is_not_a_refusal() -> None:
-    assert guarded.parse_refusal('invalid input syntax for type integer: "abc"') is None
+    assert runner.parse_refusal('invalid input syntax for type integer: "abc"') is None
 
 
 def test_a_group_takes_the_money_lock_exclusively_and_changes_nothing_else() -> None:
     from mercato.db.aio_postgres import asyncpg_dialect
 
-    sql = str(guarded.compiled(money.ACCEPT, "postgresql").sql(asyncpg_dialect())[0])
-    grouped = guarded.exclusive(sql)
+    built = guarded.compiled(money.ACCEPT, "postgresql")
+    assert built.statement is not None and built.exclusive is not None
+    sql = str(built.statement.compile(dialect=asyncpg_dialect()))
+    grouped = str(built.exclusive.compile(dialect=asyncpg_dialect()))
     shared = f"pg_advisory_xact_lock_shared({guarded.MONEY_LOCK})"
-    assert sql.count(shared) == 1 and shared not in grouped
-    assert grouped.replace(f"pg_advisory_xact_lock({guarded.MONEY_LOCK})", shared) == sql
-    with pytest.raises(ValueError, match="money lock"):
-        guarded.exclusive("SELECT 1")
-    with pytest.raises(ValueError, match="money lock"):
-        guarded.exclusive(grouped)
+    alone = f"pg_advisory_xact_lock({guarded.MONEY_LOCK})"
+    assert sql.count(shared) == 1 and shared not in grouped and alone not in sql
+    assert grouped.count(alone) == 1
+    assert grouped.replace(alone, shared) == sql

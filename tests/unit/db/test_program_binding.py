@@ -1,5 +1,7 @@
-"""A PostgreSQL money program's values (`aio_postgres._Binder`) are exactly the ones the general
-path binds: `Prepared.bind(aio.program_values(built, params))` (decision 0481)."""
+"""A PostgreSQL money program's values (`runner.Runnable.values` picked by its
+`aio_statements.ProgramStatement`) are exactly the ones the general path binds: `Prepared.bind`
+of the inputs as `p_<name>` with a fresh id for each fresh input not given (decisions 0481,
+0564)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import pytest
 from sqlalchemy import exc
 
 from mercato.cases import service as _cases  # noqa: F401  (its programs, if any)
-from mercato.core.ids import bound, format_id
+from mercato.core.ids import bound, format_id, new_id
 from mercato.db import guarded
-from mercato.db.aio import program_values
-from mercato.db.aio_postgres import _Binder, asyncpg_dialect
-from mercato.db.aio_statements import Statements
+from mercato.db.aio_postgres import asyncpg_dialect
+from mercato.db.aio_statements import ProgramStatement, Statements
+from mercato.db.runner import Runnable
 from mercato.invocations import money
 from mercato.ledger import service as _ledger  # noqa: F401  (its programs)
 
@@ -58,20 +60,40 @@ def _inputs(prepared: Any) -> dict[str, Any]:
     by_name = {bind.key: bind for bind in prepared.compiled.binds.values()}
     return {
         key[2:]: _value(by_name[key].type, key)
-        for key, *_ in prepared._binds
+        for key, *_ in prepared.binds
         if key.startswith("p_")
     }
+
+
+def _general(built: guarded.Compiled, params: dict[str, Any]) -> dict[str, Any]:
+    values = {f"p_{name}": value for name, value in params.items()}
+    for name, prefix in built.fresh:
+        if name not in values:
+            values[name] = new_id(prefix)
+    return values
+
+
+def _runnable(program: guarded.Program) -> Runnable[ProgramStatement]:
+    dialect = asyncpg_dialect()
+    return Runnable(
+        program, "postgresql", lambda clause, literals: ProgramStatement(clause, literals, dialect)
+    )
+
+
+def _fast(program: guarded.Program, params: dict[str, Any]) -> Any:
+    runnable = _runnable(program)
+    assert runnable.statement is not None
+    return list(runnable.statement.values(runnable.values(params), {}))
 
 
 def _both(program: guarded.Program, params: dict[str, Any]) -> tuple[Any, Any]:
     built = guarded.compiled(program, "postgresql")
     statements = Statements(asyncpg_dialect())
     prepared, extracted = statements.prepare(built.statement)
-    binder = _Binder(program, built, prepared, extracted)
     with bound(_Counted()):
-        general = prepared.bind(program_values(built, params))[1]
+        general = prepared.bind(_general(built, params), extracted)[1]
     with bound(_Counted()):
-        fast = binder.values(params)
+        fast = _fast(program, params)
     return general, fast
 
 
@@ -101,7 +123,6 @@ def test_a_missing_input_is_refused_alike(program: guarded.Program) -> None:
     params = _inputs(prepared)
     params.pop("now")
     with pytest.raises(exc.InvalidRequestError, match="'p_now'"):
-        prepared.bind(program_values(built, params))
-    binder = _Binder(program, built, prepared, None)
+        prepared.bind(_general(built, params))
     with pytest.raises(exc.InvalidRequestError, match="'p_now'"):
-        binder.values(params)
+        _fast(program, params)

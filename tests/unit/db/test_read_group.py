@@ -13,10 +13,10 @@ from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.exc import DBAPIError
 
 from mercato.db.aio_postgres import asyncpg_dialect
-from mercato.db.aio_reads import SLOT, grouped, read_group
+from mercato.db.aio_reads import SLOT, grouped, read_group, with_slot
 from mercato.db.aio_statements import Statements
 
-_STATEMENT = grouped(select(bindparam("n", type_=Integer)))
+_STATEMENT = with_slot(grouped(select(bindparam("n", type_=Integer))))
 
 
 class _Conn:

@@ -20,7 +20,7 @@ from builders.event_loops import run_on_fresh_loop
 from builders.invocations import invocable_version
 from builders.ledger import ledger_account
 from mercato.core.clock import utcnow
-from mercato.db import guarded
+from mercato.db import guarded, runner
 from mercato.db.plans import Run
 from mercato.db.runtime import Runtime
 from mercato.db.uow import Database
@@ -153,7 +153,7 @@ def test_a_write_keeps_its_returning_where_its_row_cannot_be_named() -> None:
 def _run(runtime: Runtime, side: str, program: guarded.Program, params: dict[str, Any]) -> Any:
     if side == "sync":
         with runtime.db.statement() as session:
-            return guarded.run(session, program, params)
+            return runner.run(session, program, params)
 
     async def go() -> Any:
         async with runtime.adb.statement() as conn:
