@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import socket
 import ssl
-import time
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Final
@@ -25,21 +24,15 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from mercato.dispatch import calls
 from mercato.dispatch.calls import (
     ACCEPT_HEADERS,
-    ERROR_BLOCKED,
-    ERROR_CONNECT,
-    ERROR_READ,
-    ERROR_REDIRECT,
-    ERROR_TIMEOUT,
     KEEPALIVE_SECONDS,
     Body,
-    Failures,
+    Call,
     ProviderCalls,
     RawAnswer,
     Stop,
-    failure,
-    verify_artifact,
 )
 from mercato.dispatch.guard import (
     AsyncResolver,
@@ -67,13 +60,13 @@ SESSION_HEADERS: Final = {
 }
 """The session's own headers, sent first on every call (decision 0445): a call adds only its
 own, so aiohttp merges three headers instead of six."""
-_SEND_FAILURES: Final[Failures] = (
-    (BlockedAddress, ERROR_BLOCKED),
-    (TimeoutError, ERROR_TIMEOUT),
+_SEND_FAILURES: Final[calls.Failures] = (
+    (BlockedAddress, calls.ERROR_BLOCKED),
+    (TimeoutError, calls.ERROR_TIMEOUT),
     # before ValueError: a certificate error is both (ssl.CertificateError is one)
-    ((UnresolvableHost, aiohttp.ClientConnectorError), ERROR_CONNECT),
-    ((aiohttp.InvalidURL, ValueError), ERROR_BLOCKED),
-    ((aiohttp.ClientError, OSError), ERROR_READ),
+    ((UnresolvableHost, aiohttp.ClientConnectorError), calls.ERROR_CONNECT),
+    ((aiohttp.InvalidURL, ValueError), calls.ERROR_BLOCKED),
+    ((aiohttp.ClientError, OSError), calls.ERROR_READ),
 )
 _SENT_ERRORS = (
     BlockedAddress,
@@ -83,9 +76,9 @@ _SENT_ERRORS = (
     aiohttp.ClientError,
     OSError,
 )
-_READ_FAILURES: Final[Failures] = (
-    (TimeoutError, ERROR_TIMEOUT),
-    ((aiohttp.ClientError, OSError), ERROR_READ),
+_READ_FAILURES: Final[calls.Failures] = (
+    (TimeoutError, calls.ERROR_TIMEOUT),
+    ((aiohttp.ClientError, OSError), calls.ERROR_READ),
 )
 
 
@@ -190,7 +183,7 @@ class AsyncProviderClient(ProviderCalls[Coroutine[Any, Any, RawAnswer], URL]):
         """Fetch `GET /v1/artifacts/{digest}` whole and return it only if its SHA-256 matches."""
         path = ARTIFACTS_PATH_PREFIX + digest
         answer = await self.get(target, path, with_credential=True, max_bytes=max_bytes)
-        return verify_artifact(answer, digest)
+        return calls.verify_artifact(answer, digest)
 
     def _parse(self, url: str) -> tuple[URL, str | None]:
         parsed = URL(url)
@@ -207,48 +200,32 @@ class AsyncProviderClient(ProviderCalls[Coroutine[Any, Any, RawAnswer], URL]):
             self._timeouts[seconds] = found
         return found
 
-    async def send(
-        self,
-        target: DispatchTarget,
-        method: str,
-        path: str,
-        *,
-        credential: str | None,
-        body: bytes | None = None,
-        idempotency_key: str | None = None,
-        max_bytes: int,
-        timeout: float | None = None,
-    ) -> RawAnswer:
-        timeout = self._default_timeout if timeout is None else timeout
-        started = time.monotonic()
-        headers = self._headers(credential, idempotency_key, body)
-        url = self._url(target.base_url, path)
-        if url is None:
-            return self._answered(target, method, path, None, None, ERROR_BLOCKED, None)
+    async def _refused(self, answer: RawAnswer) -> RawAnswer:
+        return answer
+
+    async def _exchange(self, call: Call[URL]) -> RawAnswer:
         session = self._session or self._open()
         try:
             response = await session.request(
-                method,
-                url,
-                data=body,
-                headers=headers,
+                call.method,
+                call.url,
+                data=call.body,
+                headers=call.headers,
                 allow_redirects=False,
-                timeout=self._timeout(timeout),
+                timeout=self._timeout(call.timeout),
             )
         except _SENT_ERRORS as exc:
-            failed = failure(exc, _SEND_FAILURES)
-            return self._answered(target, method, path, None, None, failed, started)
+            return self._answered(call, None, None, calls.failure(exc, _SEND_FAILURES))
         try:
-            content = await _read(response, max_bytes, deadline=started + timeout)
+            content = await _read(response, call.max_bytes, deadline=call.started + call.timeout)
         except Stop as stop:
             response.close()  # drop the connection: its body was not read to the end
-            return self._answered(target, method, path, response.status, None, stop.error, started)
+            return self._answered(call, response.status, None, stop.error)
         except BaseException:  # cancelled mid-body: never hand a half-read socket back
             response.close()
             raise
         response.release()
-        error = ERROR_REDIRECT if 300 <= response.status < 400 else None
-        return self._answered(target, method, path, response.status, content, error, started)
+        return self._answered(call, response.status, content, None)
 
 
 async def _read(response: aiohttp.ClientResponse, max_bytes: int, *, deadline: float) -> bytes:
@@ -264,5 +241,5 @@ async def _read(response: aiohttp.ClientResponse, max_bytes: int, *, deadline: f
             if content.at_eof():  # the whole body is in: no further read to learn it
                 break
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise Stop(failure(exc, _READ_FAILURES)) from exc
+        raise Stop(calls.failure(exc, _READ_FAILURES)) from exc
     return body.content()

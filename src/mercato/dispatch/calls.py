@@ -62,6 +62,7 @@ __all__ = [
     "KEEPALIVE_SECONDS",
     "ArtifactFetchError",
     "Body",
+    "Call",
     "CallObserver",
     "Failures",
     "ProviderCalls",
@@ -191,6 +192,23 @@ def _ms(started: float) -> float:
     return round((time.monotonic() - started) * 1000.0, 3)
 
 
+@dataclass(frozen=True, slots=True)
+class Call(Generic[U]):
+    """One request a transport is to make: the guard passed its URL (`ProviderCalls._url`)."""
+
+    target: DispatchTarget
+    method: str
+    path: str
+    url: U
+    headers: dict[str, str]
+    """The call's own, to follow the transport's fixed headers."""
+    body: bytes | None
+    max_bytes: int
+    timeout: float
+    started: float
+    """When `send` was called, by `time.monotonic`: the call ends at `started + timeout`."""
+
+
 class ProviderCalls(Generic[A, U]):
     """The calls to a provider endpoint; a transport subclass implements `send` and `_parse`.
     Build one per process and reuse it (it pools connections)."""
@@ -273,6 +291,34 @@ class ProviderCalls(Generic[A, U]):
     ) -> A:
         """Make one request; the lower-level seam the conformance check uses for odd requests.
         `timeout` None is the settings' provider timeout."""
+        timeout = self._default_timeout if timeout is None else timeout
+        started = time.monotonic()
+        if self.observer is not None:
+            self.observer.sending(credential)
+        url = self._url(target.base_url, path)
+        if url is None:
+            answer = RawAnswer(None, None, ERROR_BLOCKED, 0.0)
+            if self.observer is not None:
+                self.observer.answered(target, method, path, answer)
+            return self._refused(answer)
+        # The call's own headers, after the transport's fixed ones, in this order.
+        headers: dict[str, str] = {}
+        if credential is not None:
+            headers[AUTHORIZATION_HEADER] = f"Bearer {credential}"
+        if idempotency_key is not None:
+            headers[IDEMPOTENCY_KEY_HEADER] = idempotency_key
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return self._exchange(
+            Call(target, method, path, url, headers, body, max_bytes, timeout, started)
+        )
+
+    def _exchange(self, call: Call[U]) -> A:
+        """The transport's part of `send`: make `call` and return its answer (`_answered`)."""
+        raise NotImplementedError
+
+    def _refused(self, answer: RawAnswer) -> A:
+        """`answer`, as the transport's `send` returns one."""
         raise NotImplementedError
 
     def _parse(self, url: str) -> tuple[U, str | None]:
@@ -302,33 +348,14 @@ class ProviderCalls(Generic[A, U]):
         self._urls[key] = found
         return found
 
-    def _headers(
-        self, credential: str | None, idempotency_key: str | None, body: bytes | None
-    ) -> dict[str, str]:
-        """The headers a call adds to the transport's fixed ones, in this order."""
-        if self.observer is not None:
-            self.observer.sending(credential)
-        headers: dict[str, str] = {}
-        if credential is not None:
-            headers[AUTHORIZATION_HEADER] = f"Bearer {credential}"
-        if idempotency_key is not None:
-            headers[IDEMPOTENCY_KEY_HEADER] = idempotency_key
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        return headers
-
     def _answered(
-        self,
-        target: DispatchTarget,
-        method: str,
-        path: str,
-        status: int | None,
-        body: bytes | None,
-        error: str | None,
-        started: float | None,
+        self, call: Call[U], status: int | None, body: bytes | None, error: str | None
     ) -> RawAnswer:
-        """The answer of one call; `started` None: refused before anything was sent."""
-        answer = RawAnswer(status, body, error, 0.0 if started is None else _ms(started))
+        """The answer to `call` (`status` None: none came); a 3xx is never followed, but comes
+        back as it is, with `redirect`."""
+        if error is None and status is not None and 300 <= status < 400:
+            error = ERROR_REDIRECT
+        answer = RawAnswer(status, body, error, _ms(call.started))
         if self.observer is not None:
-            self.observer.answered(target, method, path, answer)
+            self.observer.answered(call.target, call.method, call.path, answer)
         return answer

@@ -9,7 +9,6 @@ flow, no cookie jar (a provider's Set-Cookie is never sent back to anyone).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Protocol
@@ -17,21 +16,15 @@ from typing import Final, Protocol
 import httpcore
 import httpx
 
+from mercato.dispatch import calls
 from mercato.dispatch.calls import (
     ACCEPT_HEADERS,
-    ERROR_BLOCKED,
-    ERROR_CONNECT,
-    ERROR_READ,
-    ERROR_REDIRECT,
-    ERROR_TIMEOUT,
     ArtifactFetchError,
     Body,
-    Failures,
+    Call,
     ProviderCalls,
     RawAnswer,
     Stop,
-    failure,
-    verify_artifact,
 )
 from mercato.dispatch.guard import BlockedAddress, Resolver, system_resolver
 from mercato.dispatch.transport import GuardedTransport
@@ -63,6 +56,8 @@ _FIXED_HEAD: Final = [
     (b"User-Agent", f"python-httpx/{httpx.__version__}".encode()),
 ]
 """After Host, on every request (what httpx.Client sent with Mercato's two defaults)."""
+_TIMEOUTS = ("connect", "read", "write", "pool")
+"""httpcore's timeouts, each the call's (what `httpx.Timeout(seconds)` sets)."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _READ_ERRORS = (
     httpcore.NetworkError,
@@ -70,15 +65,15 @@ _READ_ERRORS = (
     httpcore.ProxyError,
     httpcore.UnsupportedProtocol,
 )
-_SEND_FAILURES: Final[Failures] = (
-    (BlockedAddress, ERROR_BLOCKED),
-    (httpcore.TimeoutException, ERROR_TIMEOUT),
-    ((httpcore.ConnectError, httpcore.UnsupportedProtocol), ERROR_CONNECT),
-    (_READ_ERRORS, ERROR_READ),
+_SEND_FAILURES: Final[calls.Failures] = (
+    (BlockedAddress, calls.ERROR_BLOCKED),
+    (httpcore.TimeoutException, calls.ERROR_TIMEOUT),
+    ((httpcore.ConnectError, httpcore.UnsupportedProtocol), calls.ERROR_CONNECT),
+    (_READ_ERRORS, calls.ERROR_READ),
 )
-_READ_FAILURES: Final[Failures] = (
-    (httpcore.TimeoutException, ERROR_TIMEOUT),
-    (_READ_ERRORS, ERROR_READ),
+_READ_FAILURES: Final[calls.Failures] = (
+    (httpcore.TimeoutException, calls.ERROR_TIMEOUT),
+    (_READ_ERRORS, calls.ERROR_READ),
 )
 
 
@@ -118,7 +113,7 @@ class ProviderClient(ProviderCalls[RawAnswer, _Url]):
         """Fetch `GET /v1/artifacts/{digest}` whole and return it only if its SHA-256 matches."""
         path = ARTIFACTS_PATH_PREFIX + digest
         answer = self.get(target, path, with_credential=True, max_bytes=max_bytes)
-        return verify_artifact(answer, digest)
+        return calls.verify_artifact(answer, digest)
 
     def _parse(self, url: str) -> tuple[_Url, str | None]:
         try:
@@ -131,44 +126,28 @@ class ProviderClient(ProviderCalls[RawAnswer, _Url]):
         )
         return _Url(pinned, parsed.netloc), host or None
 
-    def send(
-        self,
-        target: DispatchTarget,
-        method: str,
-        path: str,
-        *,
-        credential: str | None,
-        body: bytes | None = None,
-        idempotency_key: str | None = None,
-        max_bytes: int,
-        timeout: float | None = None,
-    ) -> RawAnswer:
-        timeout = self._default_timeout if timeout is None else timeout
-        started = time.monotonic()
-        headers = self._headers(credential, idempotency_key, body)
-        url = self._url(target.base_url, path)
-        if url is None:
-            return self._answered(target, method, path, None, None, ERROR_BLOCKED, None)
+    def _refused(self, answer: RawAnswer) -> RawAnswer:
+        return answer
+
+    def _exchange(self, call: Call[_Url]) -> RawAnswer:
         request = httpcore.Request(
-            method,
-            url.url,
-            headers=_head(url.netloc, method, headers, body),
-            content=body,
-            extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
+            call.method,
+            call.url.url,
+            headers=_head(call.url.netloc, call.method, call.headers, call.body),
+            content=call.body,
+            extensions={"timeout": dict.fromkeys(_TIMEOUTS, call.timeout)},
         )
         try:
             response = self._wire.handle_request(request)
         except (BlockedAddress, httpcore.TimeoutException, *_READ_ERRORS) as exc:
-            failed = failure(exc, _SEND_FAILURES)
-            return self._answered(target, method, path, None, None, failed, started)
+            return self._answered(call, None, None, calls.failure(exc, _SEND_FAILURES))
         try:
-            content = _read(response, max_bytes, deadline=started + timeout)
+            content = _read(response, call.max_bytes, deadline=call.started + call.timeout)
         except Stop as stop:
-            return self._answered(target, method, path, response.status, None, stop.error, started)
+            return self._answered(call, response.status, None, stop.error)
         finally:
             response.close()
-        error = ERROR_REDIRECT if 300 <= response.status < 400 else None
-        return self._answered(target, method, path, response.status, content, error, started)
+        return self._answered(call, response.status, content, None)
 
 
 def _head(
@@ -197,5 +176,5 @@ def _read(response: httpcore.Response, max_bytes: int, *, deadline: float) -> by
         for chunk in response.iter_stream():
             body.add(chunk)
     except (httpcore.TimeoutException, *_READ_ERRORS) as exc:
-        raise Stop(failure(exc, _READ_FAILURES)) from exc
+        raise Stop(calls.failure(exc, _READ_FAILURES)) from exc
     return body.content()
