@@ -192,7 +192,7 @@ def _ms(started: float) -> float:
     return round((time.monotonic() - started) * 1000.0, 3)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call(Generic[U]):
     """One request a transport is to make: the guard passed its URL (`ProviderCalls._url`)."""
 
@@ -210,8 +210,8 @@ class Call(Generic[U]):
 
 
 class ProviderCalls(Generic[A, U]):
-    """The calls to a provider endpoint; a transport subclass implements `send` and `_parse`.
-    Build one per process and reuse it (it pools connections)."""
+    """The calls to a provider endpoint; a transport subclass implements `_parse`, `_exchange`
+    and `_refused`. Build one per process and reuse it (it pools connections)."""
 
     observer: ClassVar[CallObserver | None] = None
 
