@@ -28,7 +28,6 @@ from mercato.dispatch import calls
 from mercato.dispatch.calls import (
     ACCEPT_HEADERS,
     KEEPALIVE_SECONDS,
-    Body,
     Call,
     ProviderCalls,
     RawAnswer,
@@ -209,7 +208,7 @@ class AsyncProviderClient(ProviderCalls[Coroutine[Any, Any, RawAnswer], URL]):
             response = await session.request(
                 call.method,
                 call.url,
-                data=call.body,
+                data=call.data,
                 headers=call.headers,
                 allow_redirects=False,
                 timeout=self._timeout(call.timeout),
@@ -217,7 +216,7 @@ class AsyncProviderClient(ProviderCalls[Coroutine[Any, Any, RawAnswer], URL]):
         except _SENT_ERRORS as exc:
             return self._answered(call, None, None, calls.failure(exc, _SEND_FAILURES))
         try:
-            content = await _read(response, call.max_bytes, deadline=call.started + call.timeout)
+            content = await _read(response, call)
         except Stop as stop:
             response.close()  # drop the connection: its body was not read to the end
             return self._answered(call, response.status, None, stop.error)
@@ -228,9 +227,9 @@ class AsyncProviderClient(ProviderCalls[Coroutine[Any, Any, RawAnswer], URL]):
         return self._answered(call, response.status, content, None)
 
 
-async def _read(response: aiohttp.ClientResponse, max_bytes: int, *, deadline: float) -> bytes:
-    """Read the raw body, stopping past `max_bytes` or `deadline` (raises Stop)."""
-    body = Body(response.headers.get("Content-Length"), max_bytes, deadline)
+async def _read(response: aiohttp.ClientResponse, body: Call[URL]) -> bytes:
+    """Read the raw body into `body` (raises Stop past its cap or its deadline)."""
+    body.start(response.headers.get("Content-Length"))
     content = response.content
     try:
         while True:

@@ -142,19 +142,22 @@ class Stop(Exception):
 
 
 class Body:
-    """One answer's body as it is read, without I/O: each transport hands it the chunks it
-    reads, and it raises `Stop` past the byte cap or the call's deadline."""
+    """One answer's body as it is read, without I/O: a transport hands it the answer's declared
+    length (`start`), then each chunk it reads (`add`); past the byte cap or the call's deadline
+    it raises `Stop`."""
 
     __slots__ = ("_chunks", "_deadline", "_max_bytes", "_size")
 
-    def __init__(self, declared: str | None, max_bytes: int, deadline: float) -> None:
-        """`declared`: the answer's Content-Length, if it has one (over the cap: refused now)."""
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise Stop(ERROR_TOO_LARGE)
+    def __init__(self, max_bytes: int, deadline: float) -> None:
         self._chunks: list[bytes] = []
         self._size = 0
         self._max_bytes = max_bytes
         self._deadline = deadline
+
+    def start(self, declared: str | None) -> None:
+        """`declared`: the answer's Content-Length, if it has one (over the cap: refused now)."""
+        if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
+            raise Stop(ERROR_TOO_LARGE)
 
     def add(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -167,6 +170,40 @@ class Body:
 
     def content(self) -> bytes:
         return b"".join(self._chunks)
+
+
+class Call(Body, Generic[U]):
+    """One request a transport is to make (the guard passed its URL: `ProviderCalls._url`), and
+    its answer's body as it is read (one object a call). `headers` are the call's own, to follow
+    the transport's fixed ones; `data` is the request body; `started` is when `send` was called
+    (`time.monotonic`), and the call ends at `started + timeout`."""
+
+    __slots__ = ("data", "headers", "method", "path", "started", "target", "timeout", "url")
+
+    def __init__(
+        self,
+        target: DispatchTarget,
+        method: str,
+        path: str,
+        url: U,
+        headers: dict[str, str],
+        data: bytes | None,
+        max_bytes: int,
+        timeout: float,
+        started: float,
+    ) -> None:
+        self._chunks = []
+        self._size = 0
+        self._max_bytes = max_bytes
+        self._deadline = started + timeout
+        self.target = target
+        self.method = method
+        self.path = path
+        self.url = url
+        self.headers = headers
+        self.data = data
+        self.timeout = timeout
+        self.started = started
 
 
 def failure(exc: BaseException, failures: Failures) -> str:
@@ -190,23 +227,6 @@ def verify_artifact(answer: RawAnswer, digest: str) -> bytes:
 
 def _ms(started: float) -> float:
     return round((time.monotonic() - started) * 1000.0, 3)
-
-
-@dataclass(slots=True)
-class Call(Generic[U]):
-    """One request a transport is to make: the guard passed its URL (`ProviderCalls._url`)."""
-
-    target: DispatchTarget
-    method: str
-    path: str
-    url: U
-    headers: dict[str, str]
-    """The call's own, to follow the transport's fixed headers."""
-    body: bytes | None
-    max_bytes: int
-    timeout: float
-    started: float
-    """When `send` was called, by `time.monotonic`: the call ends at `started + timeout`."""
 
 
 class ProviderCalls(Generic[A, U]):

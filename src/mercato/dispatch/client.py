@@ -20,7 +20,6 @@ from mercato.dispatch import calls
 from mercato.dispatch.calls import (
     ACCEPT_HEADERS,
     ArtifactFetchError,
-    Body,
     Call,
     ProviderCalls,
     RawAnswer,
@@ -133,8 +132,8 @@ class ProviderClient(ProviderCalls[RawAnswer, _Url]):
         request = httpcore.Request(
             call.method,
             call.url.url,
-            headers=_head(call.url.netloc, call.method, call.headers, call.body),
-            content=call.body,
+            headers=_head(call.url.netloc, call.method, call.headers, call.data),
+            content=call.data,
             extensions={"timeout": dict.fromkeys(_TIMEOUTS, call.timeout)},
         )
         try:
@@ -142,7 +141,7 @@ class ProviderClient(ProviderCalls[RawAnswer, _Url]):
         except (BlockedAddress, httpcore.TimeoutException, *_READ_ERRORS) as exc:
             return self._answered(call, None, None, calls.failure(exc, _SEND_FAILURES))
         try:
-            content = _read(response, call.max_bytes, deadline=call.started + call.timeout)
+            content = _read(response, call)
         except Stop as stop:
             return self._answered(call, response.status, None, stop.error)
         finally:
@@ -165,13 +164,11 @@ def _head(
     return head
 
 
-def _read(response: httpcore.Response, max_bytes: int, *, deadline: float) -> bytes:
-    """Read the raw body, stopping past `max_bytes` or `deadline` (raises Stop)."""
-    declared = None
+def _read(response: httpcore.Response, body: Call[_Url]) -> bytes:
+    """Read the raw body into `body` (raises Stop past its cap or its deadline)."""
     for name, value in response.headers:
         if name.lower() == b"content-length":
-            declared = value.decode("latin-1")
-    body = Body(declared, max_bytes, deadline)
+            body.start(value.decode("latin-1"))
     try:
         for chunk in response.iter_stream():
             body.add(chunk)

@@ -112,7 +112,8 @@ class SimProviderClient:
 
 def _read(response: httpx.Response, max_bytes: int) -> bytes:
     """The product clients' bounded read (`Body`), over the simulated answer."""
-    body = Body(response.headers.get("content-length"), max_bytes, math.inf)
+    body = Body(max_bytes, math.inf)
+    body.start(response.headers.get("content-length"))
     try:
         for chunk in response.iter_raw():
             body.add(chunk)
