@@ -225,10 +225,6 @@ def verify_artifact(answer: RawAnswer, digest: str) -> bytes:
     return answer.body
 
 
-def _ms(started: float) -> float:
-    return round((time.monotonic() - started) * 1000.0, 3)
-
-
 class ProviderCalls(Generic[A, U]):
     """The calls to a provider endpoint; a transport subclass implements `_parse`, `_exchange`
     and `_refused`. Build one per process and reuse it (it pools connections)."""
@@ -375,7 +371,8 @@ class ProviderCalls(Generic[A, U]):
         back as it is, with `redirect`."""
         if error is None and status is not None and 300 <= status < 400:
             error = ERROR_REDIRECT
-        answer = RawAnswer(status, body, error, _ms(call.started))
+        elapsed_ms = round((time.monotonic() - call.started) * 1000.0, 3)
+        answer = RawAnswer(status, body, error, elapsed_ms)
         if self.observer is not None:
             self.observer.answered(call.target, call.method, call.path, answer)
         return answer
