@@ -458,7 +458,7 @@ def load_facts(
 
     from mercato.core.errors import MercatoError
     from mercato.db.runtime import Runtime
-    from mercato.dispatch.async_client import _HEADERS
+    from mercato.dispatch.async_client import SESSION_HEADERS
     from mercato.invocations import flows, service
     from mercato.protocol import AUTHORIZATION_HEADER, EXECUTIONS_PATH
 
@@ -507,7 +507,7 @@ def load_facts(
                         flows,
                         validators,
                         {
-                            **_HEADERS,
+                            **SESSION_HEADERS,
                             AUTHORIZATION_HEADER: f"Bearer {target.credential}",
                             "Content-Type": "application/json",
                         },

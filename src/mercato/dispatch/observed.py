@@ -1,22 +1,25 @@
-"""A ProviderClient that logs one line per provider call and observes its latency.
+"""The provider clients with a log line and a latency observation per provider call.
 
 The line carries the connection, operation, status or transport error and elapsed time — never
 the credential, the payload or the answer — and the request id of the HTTP request it serves
-(from the logging contextvar). The decrypted credential is registered with the log redactor so
-that no later line can print it literally.
+(from the logging contextvar). The decrypted credential is registered with the log redactor
+before anything is sent, so that no later line can print it literally. Both transports tell
+`LOG_OBSERVER` of every call (`mercato.dispatch.calls.ProviderCalls.observer`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 from mercato.core.logs import log_fields, register_secret
 from mercato.core.metrics import PROVIDER_CALL_LATENCY
 from mercato.dispatch.async_client import AsyncProviderClient
+from mercato.dispatch.calls import CallObserver, RawAnswer
 from mercato.dispatch.client import ProviderClient
-from mercato.dispatch.transport import RawAnswer
 from mercato.providers.schemas import DispatchTarget
+
+__all__ = ["LOG_OBSERVER", "AsyncObservedProviderClient", "ObservedProviderClient"]
 
 log = logging.getLogger("mercato.dispatch")
 
@@ -42,66 +45,6 @@ def _result(answer: RawAnswer) -> str:
     if answer.status is None:
         return "none"
     return f"{answer.status // 100}xx"
-
-
-class ObservedProviderClient(ProviderClient):
-    """ProviderClient plus a log line and a latency observation per call (same behaviour)."""
-
-    def send(
-        self,
-        target: DispatchTarget,
-        method: str,
-        path: str,
-        *,
-        credential: str | None,
-        body: bytes | None = None,
-        idempotency_key: str | None = None,
-        max_bytes: int,
-        timeout: float | None = None,
-    ) -> RawAnswer:
-        register_secret(credential)
-        answer = super().send(
-            target,
-            method,
-            path,
-            credential=credential,
-            body=body,
-            idempotency_key=idempotency_key,
-            max_bytes=max_bytes,
-            timeout=timeout,
-        )
-        _observe(target, method, path, answer)
-        return answer
-
-
-class AsyncObservedProviderClient(AsyncProviderClient):
-    """AsyncProviderClient plus the same log line and latency observation per call."""
-
-    async def send(
-        self,
-        target: DispatchTarget,
-        method: str,
-        path: str,
-        *,
-        credential: str | None,
-        body: bytes | None = None,
-        idempotency_key: str | None = None,
-        max_bytes: int,
-        timeout: float | None = None,
-    ) -> RawAnswer:
-        register_secret(credential)
-        answer = await super().send(
-            target,
-            method,
-            path,
-            credential=credential,
-            body=body,
-            idempotency_key=idempotency_key,
-            max_bytes=max_bytes,
-            timeout=timeout,
-        )
-        _observe(target, method, path, answer)
-        return answer
 
 
 # The latency series of each (operation, result), looked up once: both are finite sets (the
@@ -130,3 +73,25 @@ def _observe(target: DispatchTarget, method: str, path: str, answer: RawAnswer) 
             "elapsed_ms": round(answer.elapsed_ms, 1),
         },
     )
+
+
+class _LogObserver:
+    """Registers each credential with the log redactor; logs and times each answer."""
+
+    sending = staticmethod(register_secret)
+    answered = staticmethod(_observe)
+
+
+LOG_OBSERVER: CallObserver = _LogObserver()
+
+
+class ObservedProviderClient(ProviderClient):
+    """ProviderClient plus a log line and a latency observation per call (same behaviour)."""
+
+    observer: ClassVar[CallObserver | None] = LOG_OBSERVER
+
+
+class AsyncObservedProviderClient(AsyncProviderClient):
+    """AsyncProviderClient plus the same log line and latency observation per call."""
+
+    observer: ClassVar[CallObserver | None] = LOG_OBSERVER

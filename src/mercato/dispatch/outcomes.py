@@ -15,7 +15,7 @@ from mercato.protocol import Envelope, EnvelopeError, Outcome, parse_envelope
 
 
 class AnswerLike(Protocol):
-    """What the classifier reads from `mercato.dispatch.client.RawAnswer`."""
+    """What the classifier reads from `mercato.dispatch.calls.RawAnswer`."""
 
     @property
     def status(self) -> int | None: ...

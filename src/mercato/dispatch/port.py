@@ -19,7 +19,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, Protocol
 
-from mercato.dispatch.transport import RawAnswer
+from mercato.dispatch.calls import RawAnswer
 from mercato.providers.schemas import DispatchTarget
 
 __all__ = ["AsyncProvider", "ClosableAsyncProvider", "PerLoopProvider"]

@@ -1,59 +1,25 @@
-"""The outbound transport: an httpx transport whose sockets go only to guard-checked addresses."""
+"""The blocking transport's network layer: httpcore's connection pool over a network backend
+whose sockets go only to guard-checked addresses (`mercato.dispatch.guard`)."""
 
 from __future__ import annotations
 
 import functools
 import ssl
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import httpcore
 import httpx
 
-from mercato.dispatch.guard import (
-    BlockedAddress,
-    Resolver,
-    UnresolvableHost,
-    dialled_host_reason,
-    resolve_checked,
-    system_resolver,
-)
+from mercato.dispatch.calls import KEEPALIVE_SECONDS
+from mercato.dispatch.guard import Resolver, UnresolvableHost, resolve_checked, system_resolver
 
-# RawAnswer.error values.
-ERROR_TIMEOUT = "timeout"
-ERROR_CONNECT = "connect"
-ERROR_READ = "read"
-ERROR_TOO_LARGE = "too_large"
-ERROR_REDIRECT = "redirect"
-ERROR_BLOCKED = "blocked_address"
-KEEPALIVE_SECONDS: Final = 4.0
-"""How long an idle pooled connection is kept for another call, by both provider clients (this
-sync one and `async_client`'s): under the 5 s after which uvicorn (the provider SDK's server,
-and FastAPI's usual one), Node and Apache close an idle keep-alive connection. Kept for 5 s as
-well, a connection idle for just under 5 s by the pool's clock was reused as the provider's own
-timer closed it, the call reset unanswered: on the invoke path an unknown outcome, answered 202
-and left for reconciliation, though the provider never saw the call (decision 0500). The pool
-drops it first, so such a race needs the process to stall for a second between taking the
-connection and writing the call."""
-
-
-@dataclass(frozen=True, slots=True)
-class RawAnswer:
-    """What came back from one provider call; `error` is set when there is no usable answer.
-
-    With `redirect` the 3xx status and its (bounded) body are kept; with `too_large` the status is
-    kept and the body dropped. Never carries request headers, so never the credential.
-    """
-
-    status: int | None
-    body: bytes | None
-    error: str | None
-    elapsed_ms: float
+__all__ = ["GuardedNetworkBackend", "GuardedTransport", "default_ssl_context"]
 
 
 class GuardedNetworkBackend(httpcore.NetworkBackend):
-    """Resolve the origin host once, check every address, and connect only to those addresses.
+    """Judge the host as dialled, resolve it once, check every address, and connect only to those
+    addresses.
 
     The TLS layer above still gets the original host name for SNI and certificate checks, and the
     Host header is untouched: only the socket's destination is pinned.
@@ -78,10 +44,7 @@ class GuardedNetworkBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        reason = dialled_host_reason(host, allow_private=self._allow_private)
-        if reason is not None:  # the host as httpx dials it: no lookup, no socket
-            raise BlockedAddress(reason)
-        try:
+        try:  # raises BlockedAddress (no lookup, no socket) for a refused host or address
             addresses = resolve_checked(
                 host, port, resolver=self._resolver, allow_private=self._allow_private
             )
@@ -122,8 +85,13 @@ def default_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
-class GuardedTransport(httpx.HTTPTransport):
-    """httpx's own transport with its connection pool rebuilt over the guarded backend."""
+class GuardedTransport(httpcore.ConnectionPool):
+    """The blocking client's connection pool: HTTP/1.1 over the guarded backend.
+
+    Every connection may stay open for reuse: a process makes up to one provider call per request
+    thread at once, and a connection closed after each call would be opened again (socket,
+    resolution, address checks) for the next.
+    """
 
     def __init__(
         self,
@@ -131,24 +99,13 @@ class GuardedTransport(httpx.HTTPTransport):
         allow_private: bool,
         resolver: Resolver = system_resolver,
         inner: httpcore.NetworkBackend | None = None,
-        limits: httpx.Limits | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        # Every connection may stay open for reuse: a process makes up to one provider call per
-        # request thread at once, and a connection closed after each call would be opened again
-        # (socket, resolution, address checks) for the next.
-        limits = limits or httpx.Limits(
-            max_connections=100, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_SECONDS
-        )
-        ssl_context = ssl_context or default_ssl_context()
-        super().__init__(verify=ssl_context, trust_env=False, limits=limits)
-        # httpx 0.28 builds `_pool` in __init__ with no way to pass a network backend; replace it
-        # with an identical pool over the guarded backend (pinned by the httpx<1 constraint).
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+        super().__init__(
+            ssl_context=ssl_context or default_ssl_context(),
+            max_connections=100,
+            max_keepalive_connections=100,
+            keepalive_expiry=KEEPALIVE_SECONDS,
             http1=True,
             http2=False,
             network_backend=GuardedNetworkBackend(

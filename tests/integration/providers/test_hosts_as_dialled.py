@@ -28,8 +28,8 @@ from mercato.cli.main import main
 from mercato.conformance.flows import check_connection
 from mercato.db.runtime import Runtime
 from mercato.dispatch.async_client import AsyncProviderClient
+from mercato.dispatch.calls import RawAnswer
 from mercato.dispatch.client import ProviderClient
-from mercato.dispatch.transport import RawAnswer
 from mercato.providers import service as providers
 from mercato.providers.models import ProviderConnection
 from mercato.providers.schemas import DispatchTarget

@@ -16,13 +16,14 @@ import math
 import httpx
 import orjson
 
-from mercato.dispatch.client import _read_bounded, _Stop
-from mercato.dispatch.transport import (
+from mercato.dispatch.calls import (
     ERROR_CONNECT,
     ERROR_READ,
     ERROR_REDIRECT,
     ERROR_TIMEOUT,
+    Body,
     RawAnswer,
+    Stop,
 )
 from mercato.protocol import (
     AUTHORIZATION_HEADER,
@@ -100,10 +101,24 @@ class SimProviderClient:
         try:
             # The product client's bounded read; no wall-clock deadline here, so a trace never
             # depends on how busy the machine is (decision 0350).
-            content = _read_bounded(response, max_bytes, deadline=math.inf)
-        except _Stop as stop:
+            content = _read(response, max_bytes)
+        except Stop as stop:
             return RawAnswer(response.status_code, None, stop.error, 0.0)
         finally:
             response.close()
         error = ERROR_REDIRECT if 300 <= response.status_code < 400 else None
         return RawAnswer(response.status_code, content, error, 0.0)
+
+
+def _read(response: httpx.Response, max_bytes: int) -> bytes:
+    """The product clients' bounded read (`Body`), over the simulated answer."""
+    body = Body(max_bytes, math.inf)
+    body.start(response.headers.get("content-length"))
+    try:
+        for chunk in response.iter_raw():
+            body.add(chunk)
+    except httpx.TimeoutException as exc:
+        raise Stop(ERROR_TIMEOUT) from exc
+    except httpx.TransportError as exc:
+        raise Stop(ERROR_READ) from exc
+    return body.content()

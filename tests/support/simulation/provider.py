@@ -20,9 +20,11 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 import orjson
 
@@ -138,9 +140,9 @@ class SimProvider:
 
     # --- the transport ---------------------------------------------------------------------
 
-    def transport(self) -> httpx.MockTransport:
+    def transport(self) -> SimWire:
         """For the synchronous client (artifact fetches): no in-flight interleaving."""
-        return httpx.MockTransport(self.handle)
+        return SimWire(self.handle)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         call = self._arrive(request)
@@ -362,3 +364,45 @@ def _label(answer: Answer) -> str:
     result = body.get("result")
     detail = "" if result is None or "echo" in result else " (result breaks the contract)"
     return f"{status} {body['outcome']}{detail}"
+
+
+class SimWire:
+    """The synchronous client's wire (`mercato.dispatch.client.Wire`) to the simulated provider:
+    the request handed over as httpx's, the answer and every simulated failure handed back as
+    httpcore's, which is what the client reads."""
+
+    def __init__(self, handle: Callable[[httpx.Request], httpx.Response]) -> None:
+        self._handle = handle
+
+    def handle_request(self, request: httpcore.Request) -> httpcore.Response:
+        sent = httpx.Request(
+            request.method.decode("ascii"),
+            bytes(request.url).decode("ascii"),
+            headers=request.headers,
+            content=b"".join(request.stream),  # type: ignore[arg-type]
+        )
+        with _as_httpcore():
+            answer = self._handle(sent)
+        return httpcore.Response(
+            answer.status_code, headers=answer.headers.raw, content=_chunks(answer)
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def _chunks(answer: httpx.Response) -> Iterator[bytes]:
+    with _as_httpcore():
+        yield from answer.iter_raw()
+
+
+@contextmanager
+def _as_httpcore() -> Iterator[None]:
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise httpcore.ReadTimeout(str(exc)) from exc
+    except httpx.ConnectError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    except httpx.TransportError as exc:
+        raise httpcore.ReadError(str(exc)) from exc

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from mercato.core.logs import json_handler, register_secret
 from mercato.dispatch import observed
-from mercato.dispatch.transport import RawAnswer
+from mercato.dispatch.calls import RawAnswer
 from mercato.providers.schemas import DispatchTarget
 
 SECRET = "observed-credential-0123456789"

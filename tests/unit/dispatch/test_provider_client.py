@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpcore._sync.http11
+import httpx
 import pytest
 
 from builders.listeners import Listener, keep_alive, listener, read_request, respond
@@ -283,3 +284,58 @@ def test_an_idle_connection_is_dropped_before_a_provider_would_close_it(
             clock[0] += idle
         assert provider.count() == connections
     assert statuses == [200, 200]
+
+
+def test_the_request_head_is_exactly_the_platforms_every_header_in_order(
+    client: ProviderClient,
+) -> None:
+    """Every byte of the blocking transport's head, pinned: the head httpx.Request writes (Host
+    first, an empty POST's `Content-Length: 0` next, a body's last), with the fixed headers
+    before a call's own, so a change in how the head is put together shows here."""
+    captured: list[bytes] = []
+
+    def script(conn: socket.socket, _: Listener) -> None:
+        while True:
+            request = read_request(conn)
+            if not request:
+                return
+            captured.append(request)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    with listener(script) as provider:
+        answers = [
+            client.execute(
+                target(provider.url),
+                idempotency_key="inv_123:1",
+                payload_bytes=b'{"n":1}',
+                response_max_bytes=1024,
+                timeout=5,
+            ),
+            client.get(target(provider.url), "/health/ready", with_credential=False, max_bytes=64),
+            client.send(
+                target(provider.url), "POST", "/v1/executions", credential=None, max_bytes=64
+            ),
+        ]
+    assert [a.status for a in answers] == [200, 200, 200]
+    host = provider.url.removeprefix("http://").encode()
+    fixed = (
+        b"Accept: application/json\r\nAccept-Encoding: identity\r\nConnection: keep-alive\r\n"
+        b"User-Agent: python-httpx/" + httpx.__version__.encode() + b"\r\n"
+    )
+    assert captured == [
+        b"POST /v1/executions HTTP/1.1\r\nHost: "
+        + host
+        + b"\r\n"
+        + fixed
+        + b"Authorization: Bearer "
+        + SECRET.encode()
+        + b"\r\nIdempotency-Key: inv_123:1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 19\r\n\r\n"
+        b'{"payload":{"n":1}}',
+        b"GET /health/ready HTTP/1.1\r\nHost: " + host + b"\r\n" + fixed + b"\r\n",
+        b"POST /v1/executions HTTP/1.1\r\nHost: "
+        + host
+        + b"\r\nContent-Length: 0\r\n"
+        + fixed
+        + b"\r\n",
+    ]
