@@ -163,8 +163,8 @@ class Prepared:
         out = []
         for name in expanded.positiontup or ():
             value = named[name]
-            process = processors.get(name)
-            out.append(value if process is None else process(value))
+            convert = processors.get(name)
+            out.append(value if convert is None else convert(value))
         return expanded.statement, out
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
