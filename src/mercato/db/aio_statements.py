@@ -47,6 +47,7 @@ class Prepared:
         "_static",
         "bind_processors",
         "binds",
+        "by_name",
         "compiled",
         "dml_without_rows",
         "expanding",
@@ -87,6 +88,12 @@ class Prepared:
         self.bind_processors = tuple(
             (index, bind[4]) for index, bind in enumerate(binds) if bind[4] is not None
         )
+        self.by_name: dict[str, Processor] = {
+            name: bind[4]
+            for name, bind in zip(compiled.positiontup or (), binds, strict=True)
+            if bind[4] is not None
+        }
+        """The bind processor of each placeholder's name (the expanding path's)."""
         self._results: tuple[Processor | None, ...] = tuple(
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in _result_columns(compiled)
@@ -159,7 +166,9 @@ class Prepared:
         # Expanding IN: SQLAlchemy renders the list's placeholders for these values.
         expanded = compiled.construct_expanded_state(constructed)
         named = expanded.parameters
-        processors = expanded.processors
+        # The expanded state's processors are only the expanded lists' elements' (as
+        # SQLAlchemy's execution context merges them): the other binds keep their own.
+        processors = {**self.by_name, **expanded.processors}
         out = []
         for name in expanded.positiontup or ():
             value = named[name]
