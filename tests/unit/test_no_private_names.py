@@ -34,32 +34,18 @@ KEPT: dict[tuple[str, str], str] = {
     ("mercato/cli/framework.py", "click.parser._OptionParser"): "0575",
     ("mercato/cli/framework.py", "click.parser._ParsingState"): "0575",
     ("mercato/cli/framework.py", "self._short_opt"): "0575",
-    # removed by i40-runner
-    ("mercato/db/aio_reads.py", "_execution_options"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/aio_sqlite.py", "_static_cache_key"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/aio_statements.py", "_generate_cache_key"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/aio_statements.py", "_process_parameters_for_postcompile"): (
-        "removed by i40-runner"
-    ),
-    # removed by i40-runner
-    ("mercato/db/aio_statements.py", "_cached_result_processor"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/aio_statements.py", "_result_columns"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_post_values_clause"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_generate"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_multi_values"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_ordered_values"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_select_names"): "removed by i40-runner",
-    # removed by i40-runner
-    ("mercato/db/guarded.py", "_values"): "removed by i40-runner",
+    # SQLAlchemy's cache key finds a statement built per call in the compiled-statement LRU
+    # (decision 0601): no public cache key.
+    ("mercato/db/aio_statements.py", "_generate_cache_key"): "0601",
+    # The counted SQLite money steps (decisions 0490, 0600): the parts of an INSERT / UPDATE
+    # the spelling without RETURNING reads, and the copy it drops the RETURNING from.
+    ("mercato/db/guarded.py", "_post_values_clause"): "0600",
+    ("mercato/db/guarded.py", "_select_names"): "0600",
+    ("mercato/db/guarded.py", "_ordered_values"): "0600",
+    ("mercato/db/guarded.py", "_values"): "0600",
+    ("mercato/db/guarded.py", "_multi_values"): "0600",
+    ("mercato/db/guarded.py", "_generate"): "0600",
+    ("mercato/db/guarded.py", "_returning"): "0600",
 }
 
 

@@ -47,6 +47,7 @@ class Prepared:
         "_static",
         "bind_processors",
         "binds",
+        "by_name",
         "compiled",
         "dml_without_rows",
         "expanding",
@@ -87,6 +88,12 @@ class Prepared:
         self.bind_processors = tuple(
             (index, bind[4]) for index, bind in enumerate(binds) if bind[4] is not None
         )
+        self.by_name: dict[str, Processor] = {
+            name: bind[4]
+            for name, bind in zip(compiled.positiontup or (), binds, strict=True)
+            if bind[4] is not None
+        }
+        """The bind processor of each placeholder's name (the expanding path's)."""
         self._results: tuple[Processor | None, ...] = tuple(
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in _result_columns(compiled)
@@ -144,24 +151,30 @@ class Prepared:
         self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None
     ) -> tuple[str, list[Any]]:
         compiled = self.compiled
+        # By bind name, unescaped: `construct_expanded_state` takes them back by that name.
         constructed = compiled.construct_params(
-            dict(params) if params else None, extracted_parameters=extracted
+            dict(params) if params else None,
+            extracted_parameters=extracted,
+            escape_names=not self.expanding,
         )
-        named: Mapping[str, Any] = constructed
-        sql = self.sql
-        positions: Sequence[str] = compiled.positiontup or ()
-        processors: Mapping[str, Any] = compiled._bind_processors
-        if self.expanding:
-            expanded = compiled._process_parameters_for_postcompile(constructed)
-            sql, named = expanded.statement, expanded.parameters
-            positions = expanded.positiontup or ()
-            processors = expanded.processors
-        values = []
-        for name in positions:
+        if not self.expanding:
+            positions: Sequence[str] = compiled.positiontup or ()
+            values = [constructed[name] for name in positions]
+            for index, process in self.bind_processors:
+                values[index] = process(values[index])
+            return self.sql, values
+        # Expanding IN: SQLAlchemy renders the list's placeholders for these values.
+        expanded = compiled.construct_expanded_state(constructed)
+        named = expanded.parameters
+        # The expanded state's processors are only the expanded lists' elements' (as
+        # SQLAlchemy's execution context merges them): the other binds keep their own.
+        processors = {**self.by_name, **expanded.processors}
+        out = []
+        for name in expanded.positiontup or ():
             value = named[name]
-            process = processors.get(name)
-            values.append(value if process is None else process(value))
-        return sql, values
+            convert = processors.get(name)
+            out.append(value if convert is None else convert(value))
+        return expanded.statement, out
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
         """A driver row as the tuple a Session returns (result processors applied)."""

@@ -365,7 +365,7 @@ def _without_returning(statement: Any) -> Any:
     return bare
 
 
-def _returning(statement: Any) -> dict[str, Any]:
+def _returned_by(statement: Any) -> dict[str, Any]:
     return {str(c.key): c for c in statement.exported_columns}
 
 
@@ -389,7 +389,7 @@ def _counted_insert(
         str(name): _unlabelled(value)
         for name, value in zip(statement._select_names or (), chosen.selected_columns, strict=True)
     }
-    returned = _returning(statement)
+    returned = _returned_by(statement)
     if isinstance(post, OnConflictDoUpdate):
         targets = post.inferred_target_elements
         if not targets or post.inferred_target_whereclause is not None:
@@ -437,7 +437,7 @@ def _counted_update(
     ]
     if not _unique(table, {term.left.name for term in key}):
         return None
-    returned = _returning(statement)
+    returned = _returned_by(statement)
     read = select(*[returned[column] for column in needed]).where(*key) if needed else None
     return _without_returning(statement), read, ()
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import sqlite3
+from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, exc, insert, select
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite as sqlite_dialect
 
 from mercato.db.aio_postgres import asyncpg_dialect
 from mercato.db.aio_statements import Statements, sqlalchemy_error
@@ -139,6 +141,46 @@ def test_expanding_parameters_render_per_call() -> None:
     assert "$3" in sql and values == ["a", "b", "c"]
     sql, values = prepared.bind({"ids": ["x"]}, extracted)
     assert "$2" not in sql and values == ["x"]
+
+
+# asyncpg numbers its placeholders ($1 is the timestamp, rendered before the expanded list);
+# SQLite's `?` are in the text's order.
+@pytest.mark.parametrize(
+    ("dialect", "list_first"),
+    [(asyncpg_dialect(), False), (sqlite_dialect(), True)],
+    ids=["asyncpg", "sqlite"],
+)
+def test_a_literal_in_list_built_per_call_expands_with_its_own_processed_values(
+    dialect: Any, list_first: bool
+) -> None:
+    """The slow path: extracted literals, an expanding list and a processed type at once."""
+    statements = Statements(dialect)
+    paris = dt.timezone(dt.timedelta(hours=1))
+
+    def build(ids: list[str], hour: int) -> Any:
+        at = dt.datetime(2026, 1, 1, hour, tzinfo=paris)
+        return select(T.c.n).where(T.c.id.in_(ids), T.c.at > at)
+
+    first, extracted_first = statements.prepare(build(["a", "b"], 10))
+    second, extracted_second = statements.prepare(build(["x", "y", "z"], 12))
+    assert first is second and extracted_first is None and extracted_second is not None
+    process = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+
+    def at(hour: int) -> Any:
+        value = dt.datetime(2026, 1, 1, hour, tzinfo=paris)
+        return value if process is None else process(value)
+
+    def expected(ids: list[str], hour: int) -> list[Any]:
+        return [*ids, at(hour)] if list_first else [at(hour), *ids]
+
+    values = second.bind(None, extracted_second)[1]
+    assert values == expected(["x", "y", "z"], 12)
+    stamp = values[-1 if list_first else 0]
+    # processed: SQLite's text, or made UTC for asyncpg (an aware datetime compares equal
+    # across zones, so the zone itself is checked)
+    assert isinstance(stamp, str) or stamp.tzinfo == dt.UTC
+    assert first.bind(None, extracted_first)[1] == expected(["a", "b"], 10)
+    assert at(12) != at(10)
 
 
 @pytest.mark.parametrize(
