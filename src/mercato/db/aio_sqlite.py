@@ -47,7 +47,6 @@ from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, begin_unit, fail_waiting
 from mercato.db.aio_reads import is_grouped
 from mercato.db.aio_statements import Prepared, Statements, sqlalchemy_error
-from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
 from mercato.db.uow import Database
 
@@ -257,7 +256,7 @@ class _Program:
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
-    __slots__ = ("_begun", "_db", "_raw", "_unit", "served")
+    __slots__ = ("_begun", "_db", "_raw", "_unit")
 
     def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection | None, unit: Unit) -> None:
         self._db = db
@@ -266,8 +265,6 @@ class _Connection:
         self._begun = True
         """False in a read unit whose first statement ran alone, until its next one."""
         self._unit = OneUnit(unit)
-        self.served: Served | None = None
-        """What this unit served from memory (`mercato.db.hints.note_served`)."""
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)

@@ -9,7 +9,6 @@ import pickle
 import pytest
 
 from mercato.core.frozen import set_through_slots
-from mercato.db.hints import Served
 from mercato.invocations.flows import InvokeRequest, InvokeResult
 from mercato.invocations.service import Replayed
 from mercato.quotas.schemas import QuotaStatus
@@ -70,6 +69,6 @@ def test_only_plain_frozen_slotted_dataclasses_are_taken() -> None:
             set_through_slots(cls)
 
 
-@pytest.mark.parametrize("cls", [InvokeRequest, InvokeResult, Replayed, QuotaStatus, Served])
+@pytest.mark.parametrize("cls", [InvokeRequest, InvokeResult, Replayed, QuotaStatus])
 def test_the_hot_path_s_classes_use_it(cls: type) -> None:
     assert "_set_0" in vars(cls)["__init__"].__code__.co_names
