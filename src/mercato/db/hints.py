@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -329,16 +328,13 @@ class Recall:
         if self._hints is not None:
             self._hints.used.add(key)
 
-    @contextmanager
-    def diverging(self) -> Iterator[None]:
-        """Within it, a refusal of an attempt that rests on something unproven raises
-        `Diverged` (the uncached attempt gives the answer, and proves the key first)."""
-        try:
-            yield
-        except (MercatoError, IntegrityError) as refused:
-            if self.unproven:
-                raise Diverged from refused
-            raise
+    def diverged(self, error: BaseException) -> bool:
+        """Whether `error`, out of this attempt, is a divergence: `Diverged` itself, or a
+        refusal while something taken from memory is unproven (the uncached attempt gives
+        the answer, and proves the key first)."""
+        return isinstance(error, Diverged) or (
+            self.unproven and isinstance(error, (MercatoError, IntegrityError))
+        )
 
     def forget(self) -> None:
         """Drop what this attempt took from memory (it diverged)."""

@@ -336,10 +336,11 @@ async def _fallback(
     memory)."""
     recall = hints.Recall(runtime.hints)
     try:
-        with recall.diverging():
-            return await attempt(recall)
-    except hints.Diverged:
-        recall.forget()
+        return await attempt(recall)
+    except (hints.Diverged, MercatoError, IntegrityError) as stopped:
+        if not recall.diverged(stopped):
+            raise
+    recall.forget()
     return await attempt(hints.Recall(runtime.hints, recalling=False))
 
 
@@ -598,7 +599,7 @@ async def _accept_holding(
         quota = await in_transaction(runtime, accept, one_statement=True)
     except (IntegrityError, InsufficientPoints, RateLimitExceeded) as error:
         if generation is not None:
-            raise  # a refusal of what memory served diverges (`hints.Recall.diverging`)
+            raise  # a refusal of what memory served diverges (`hints.Recall.diverged`)
         quota, refused = None, error
     if quota is None:
         if generation is not None:
