@@ -183,7 +183,7 @@ _INVOKE_DOC["openapi_extra"] = {
     "requestBody": {
         "required": True,
         "description": "Send with an `Idempotency-Key` header; reuse it on every retry.",
-        # Inline: the route reads the raw body itself (flows.prepare checks it against the
+        # Inline: the route reads the raw body itself (the flow checks it against the
         # version's requestSchema), so FastAPI has no body field to collect a component from.
         "content": {"application/json": {"schema": InvokeBody.model_json_schema()}},
     },
