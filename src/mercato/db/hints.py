@@ -276,9 +276,8 @@ class Recall:
         hit = hints.keys.get(digest)
         if hit is None:
             return None
-        self._took(hit[1])
         self._key = digest
-        return hit[0]
+        return self._took(hit)
 
     def facts(self, key: Hashable, used: Hashable) -> Any | None:
         """The facts filed under `key` from memory, or None; None too when the call's
@@ -289,14 +288,14 @@ class Recall:
         hit = hints.facts.get(key)
         if hit is None:
             return None
-        self._took(hit[1])
         self._facts = key
-        return hit[0]
+        return self._took(hit)
 
-    def _took(self, generation: int) -> None:
-        taken = self.generation
-        self.generation = generation if taken is None else min(taken, generation)
+    def _took(self, hit: tuple[V, int]) -> V:
+        taken, generation = self.generation, hit[1]
+        self.generation = generation if taken is None or generation < taken else taken
         self.unproven = True
+        return hit[0]
 
     def proving(self) -> str | None:
         """The digest of the API key taken from memory and not proven yet (None: none), for

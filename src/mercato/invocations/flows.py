@@ -69,6 +69,7 @@ from mercato.settings import Settings
 _TX_ATTEMPTS = 5
 _RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock, serialization failure
 T = TypeVar("T")
+C = TypeVar("C")
 _SYNC_BACKOFF_BASE = 0.05
 _SYNC_BACKOFF_CAP = 0.5
 _RETRY_BACKOFF_BASE = 0.5
@@ -313,7 +314,7 @@ async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
     then `invoke`'s steps. A refusal made after authentication carries the caller's
     RateLimit headers."""
     try:
-        result = await _fallback(runtime, lambda recall: _call(runtime, call, recall))
+        result = await _fallback(runtime, _call, call)
     except MercatoError as refusal:
         caller: Principal | None = call.notes.get("principal")
         if caller is not None and "RateLimit" not in refusal.headers:
@@ -325,23 +326,25 @@ async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
 
 async def invoke(runtime: Runtime, request: InvokeRequest) -> InvokeResult:
     """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
-    return await _fallback(runtime, lambda recall: _invoke(runtime, request, recall))
+    return await _fallback(runtime, _invoke, request)
 
 
 async def _fallback(
-    runtime: Runtime, attempt: Callable[[hints.Recall], Awaitable[InvokeResult]]
+    runtime: Runtime,
+    attempt: Callable[[Runtime, C, hints.Recall], Awaitable[InvokeResult]],
+    call: C,
 ) -> InvokeResult:
-    """`attempt` with what the process remembers (`mercato.db.hints`, decision 0570); when it
-    diverges, forget what it took and attempt again uncached (the answer of a process without
-    memory)."""
+    """`attempt` of `call` with what the process remembers (`mercato.db.hints`, decision 0570);
+    when it diverges, forget what it took and attempt again uncached (the answer of a process
+    without memory)."""
     recall = hints.Recall(runtime.hints)
     try:
-        return await attempt(recall)
+        return await attempt(runtime, call, recall)
     except (hints.Diverged, MercatoError, IntegrityError) as stopped:
         if not recall.diverged(stopped):
             raise
     recall.forget()
-    return await attempt(hints.Recall(runtime.hints, recalling=False))
+    return await attempt(runtime, call, hints.Recall(runtime.hints, recalling=False))
 
 
 async def _call(runtime: Runtime, call: Call, recall: hints.Recall) -> InvokeResult:
