@@ -77,8 +77,24 @@ runs the money statements, the others the replays' reads and the statements that
 _UTC = dt.UTC
 _JSON = [(b"content-type", b"application/json")]
 _PROBLEM = [(b"content-type", b"application/problem+json")]
-_REFUSAL_STATUS = {"short": 402, "quota": 429}
+_REFUSAL_STATUS = {"short": 402, "key-limit": 402, "quota": 429}
 _SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+_STARTS: dict[dt.date, dict[str, dt.datetime]] = {}
+
+
+def _spend_starts(now: dt.datetime) -> dict[str, dt.datetime]:
+    """The accept program's period starts for key spend limits (`spend.start_params`), made
+    once a UTC day."""
+    day = now.date()
+    found = _STARTS.get(day)
+    if found is None:
+        from mercato.invocations import spend
+
+        _STARTS.clear()
+        found = _STARTS[day] = {f"p_{k}": v for k, v in spend.start_params(now).items()}
+    return found
+
 
 Row = tuple[str, str, str, Any]
 """An invocation holding a key: id, fingerprint, state, result."""
@@ -160,7 +176,7 @@ class Leanest:
     """The raw ASGI app; the store is set up on lifespan startup, in the worker's own loop."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}  # SHA-256 hex of the API key → account id
+        self.keys: dict[str, tuple[str, str]] = {}  # SHA-256 hex of the key → (account, key id)
         self.facts: dict[tuple[str, bytes], Facts] = {}  # (account, path) → facts
         self.store: Store | None = None
         self.http: Any = None
@@ -228,11 +244,12 @@ class Leanest:
                 authorization = value
             elif name == b"idempotency-key":
                 key = value
-        account = None
+        holder = None
         if authorization is not None and authorization[:7].lower() == b"bearer ":
-            account = self.keys.get(hashlib.sha256(authorization[7:].strip()).hexdigest())
-        if account is None:
+            holder = self.keys.get(hashlib.sha256(authorization[7:].strip()).hexdigest())
+        if holder is None:
             return _problem(401, "UNAUTHENTICATED")
+        account, key_id = holder
         if key is None or not 1 <= len(key) <= 191:
             return _problem(400, "IDEMPOTENCY_KEY_MISSING")
         facts = self.facts.get((account, path))
@@ -285,6 +302,8 @@ class Leanest:
             "p_inv_updated_at": now,
             "p_now": now,
             "p_hint_generation": None,  # nothing served from the product's memory (0400)
+            "p_inv_api_key_id": key_id,  # its spend limit, if it has one (decision 0590)
+            **_spend_starts(now),
             "p_quota_window_start": epoch - epoch % window,
             "p_reserve_account1": "lac_" + tail + "r",
             "p_reserve_transfer": "trf_" + tail + "r",
@@ -429,8 +448,10 @@ def _problem(status: int, code: str) -> Answer:
 # --- what is read once, at start -----------------------------------------------------------
 
 
-def load_facts(settings: Any) -> tuple[dict[str, str], dict[tuple[str, bytes], Facts], Any]:
-    """The API keys (digest → account) and, per (account, invoke path), the facts of every
+def load_facts(
+    settings: Any,
+) -> tuple[dict[str, tuple[str, str]], dict[tuple[str, bytes], Facts], Any]:
+    """The API keys (digest → (account, key id)) and, per (account, invoke path), the facts of every
     published version, read with the product's own reads (`flows.facts`), once."""
     from jsonschema import validators
     from sqlalchemy import text
@@ -445,9 +466,9 @@ def load_facts(settings: Any) -> tuple[dict[str, str], dict[tuple[str, bytes], F
     try:
         with runtime.db.read() as session:
             keys = {
-                digest: account
-                for digest, account in session.execute(
-                    text("SELECT digest, account_id FROM api_keys WHERE revoked_at IS NULL")
+                digest: (account, key_id)
+                for digest, account, key_id in session.execute(
+                    text("SELECT digest, account_id, id FROM api_keys WHERE revoked_at IS NULL")
                 )
             }
             versions = list(
@@ -459,7 +480,7 @@ def load_facts(settings: Any) -> tuple[dict[str, str], dict[tuple[str, bytes], F
                 )
             )
             facts: dict[tuple[str, bytes], Facts] = {}
-            for account in set(keys.values()):
+            for account in {account for account, _ in keys.values()}:
                 for service_code, label in versions:
                     request = flows.InvokeRequest(
                         account_id=account,

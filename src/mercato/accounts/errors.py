@@ -6,6 +6,7 @@ from mercato.core.errors import (
     BadRequest,
     Conflict,
     Forbidden,
+    MercatoError,
     NotFound,
     RateLimited,
     Unauthenticated,
@@ -70,3 +71,17 @@ class SessionRequired(Forbidden):
 class StaffRequired(Forbidden):
     code = "STAFF_REQUIRED"
     title = "This needs a staff session"
+
+
+class InvalidSpendLimit(BadRequest):
+    code = "INVALID_SPEND_LIMIT"
+    title = "A spend limit is whole points and a period"
+
+
+class KeySpendLimitReached(MercatoError):
+    """The call's price would take its API key over the key's spend limit (DESIGN §8):
+    `limit`, `used` and `resetsAt` (null for TOTAL) in the problem document."""
+
+    code = "KEY_SPEND_LIMIT_REACHED"
+    status = 402
+    title = "The API key's spend limit is reached"

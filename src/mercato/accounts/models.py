@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, String
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mercato.db.base import Base, UTCDateTime
+
+SPEND_LIMIT_RULE = (
+    "(spend_limit_points IS NULL AND spend_limit_period IS NULL) OR "
+    "(spend_limit_points IS NOT NULL AND spend_limit_points >= 0 "
+    "AND spend_limit_period IS NOT NULL AND (spend_limit_period = 'DAY' "
+    "OR spend_limit_period = 'WEEK' OR spend_limit_period = 'MONTH' "
+    "OR spend_limit_period = 'TOTAL'))"
+)
+"""The CHECK of a key's spend limit (comparisons, not `IN`: decision 0493)."""
 
 
 class Account(Base):
@@ -25,6 +34,11 @@ class ApiKey(Base):
     """A long-lived caller credential; only the SHA-256 digest of its plaintext is kept."""
 
     __tablename__ = "api_keys"
+    __table_args__ = (
+        # A limit is whole: points and period together, or neither (migration 0021).
+        CheckConstraint(SPEND_LIMIT_RULE, name="spend_limit"),
+        CheckConstraint("spent_in_period >= 0", name="spent_in_period"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
@@ -33,6 +47,13 @@ class ApiKey(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # The key's spend limit (DESIGN §8, decision 0590) and the use of its current period:
+    # the points of the calls counted since `spend_period_start`. Only the accept and release
+    # programs (`mercato.invocations.spend`) and a limit change write the use.
+    spend_limit_points: Mapped[int | None] = mapped_column(BigInteger)
+    spend_limit_period: Mapped[str | None] = mapped_column(String(5))
+    spend_period_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    spent_in_period: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class SessionFamily(Base):

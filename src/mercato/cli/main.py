@@ -49,6 +49,7 @@ TOP_COMMANDS: dict[str, str] = {
 ADMIN_COMMANDS: dict[str, str] = {
     "create-account": "commands_accounts",
     "create-api-key": "commands_accounts",
+    "set-key-limit": "commands_accounts",
     "revoke-api-key": "commands_accounts",
     "unlock": "commands_accounts",
     "grant-points": "commands_ledger",

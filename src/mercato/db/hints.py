@@ -12,8 +12,8 @@ nothing. What it keeps is only a hint; the rule, written once here for both stor
    listings, versions, holds, provider connections, quota overrides) adds one to it in the
    same transaction: the ORM does it at each flush that changes such a row (`_bump_on_flush`,
    registered on every Session), so a new writer cannot forget it. A Core statement that
-   writes a watched table (none does today but the key-use touch, which no hint depends on)
-   must `bump` itself.
+   writes a watched table (none does today but the key-use touch and the spend-limit use,
+   which no hint depends on) must `bump` itself.
 2. **Hints of one generation.** A `Hints` memo holds entries of one generation only, read
    after that generation was (`Recall.generation` first, then the facts, in the same read):
    an entry is never older than the generation it is filed under. Seeing a newer generation

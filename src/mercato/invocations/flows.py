@@ -27,18 +27,19 @@ from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from mercato.accounts import service as accounts
+from mercato.accounts.errors import KeySpendLimitReached
 from mercato.accounts.schemas import Principal
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core import schema_engine
 from mercato.core.errors import MercatoError, Unauthenticated
-from mercato.core.frozen import set_through_slots
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
 from mercato.db import hints
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
 from mercato.invocations import service as invocations
+from mercato.invocations import spend
 from mercato.invocations.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
@@ -83,7 +84,6 @@ BUSY_PARK_SECONDS = 1.0
 """How long a worker step that found its connection full puts its call back (decision 0513)."""
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeRequest:
     account_id: str
@@ -93,9 +93,9 @@ class InvokeRequest:
     idempotency_key: str
     body: bytes
     request_id: str | None = None  # the accepting request's id, kept on the call (0276)
+    key_id: str | None = None  # the API key that makes the call (its spend limit, §8)
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class InvokeResult:
     view: InvocationView
@@ -365,6 +365,7 @@ async def _call(runtime: Runtime, call: Call, recall: hints.Recall) -> InvokeRes
                 idempotency_key=invocations.check_idempotency_key(call.idempotency_keys),
                 body=call.body,
                 request_id=call.request_id,
+                key_id=principal.key_id,
             )
             prepared = await prepare(runtime, conn, request, recall)
     finally:
@@ -552,12 +553,20 @@ async def _accept(
 
 async def _refuse_busy(runtime: Runtime, prepared: Prepared) -> NoReturn:
     """Refuse a call whose connection (or process) is full: 503 PROVIDER_BUSY, unless a
-    refusal DESIGN §3 orders before it applies (not enough points). Only this refusal reads."""
-    price = prepared.version.price
+    refusal DESIGN §3 orders before it applies (not enough points, the key's spend limit).
+    Only this refusal reads."""
+    price, key_id = prepared.version.price, prepared.request.key_id
     async with runtime.adb.read() as conn:
         available = await ledger.available_points.aio(conn, account_id=prepared.request.account_id)
+        over = None
+        if key_id is not None and available >= price:
+            over = await spend.over_limit.aio(
+                conn, key_id=key_id, price=price, now=runtime.clock.now()
+            )
     if available < price:
         raise ledger.short_of_points(available, price)
+    if over is not None:
+        raise over
     raise ProviderBusy(
         "The provider has as many calls in flight as it may take; try again shortly.",
         retry_after=BUSY_RETRY_AFTER,
@@ -594,13 +603,14 @@ async def _accept_holding(
             lease_seconds=lease_seconds(runtime),
             now=now,
             hint_generation=generation,
+            api_key_id=request.key_id,
         )
 
     runtime.failpoints.hit(BEFORE_ACCEPT)
     refused: Exception | None = None
     try:
         quota = await in_transaction(runtime, accept, one_statement=True)
-    except (IntegrityError, InsufficientPoints, RateLimitExceeded) as error:
+    except (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded) as error:
         if generation is not None:
             raise  # a refusal of what memory served diverges (`hints.Recall.diverged`)
         quota, refused = None, error

@@ -40,6 +40,8 @@ class Invocation(Base):
         ),
         # A version's last calls, for its provider's page (migration 0020, decision 0556).
         Index("ix_invocations_version_id_created_at", "version_id", "created_at"),
+        # A key's calls of a period, for its spend limit's use (migration 0021, decision 0590).
+        Index("ix_invocations_api_key_id_created_at", "api_key_id", "created_at"),
         # The worker's lanes: fresh work (stuck_at IS NULL) and stuck calls, each by due time.
         Index(
             "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"
@@ -66,6 +68,8 @@ class Invocation(Base):
     # The id of the request that accepted the call (None: accepted outside one, or before
     # migration 0013); the worker's log lines about the call carry it (decision 0276).
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # The API key that made the call (None: a session's call, or before migration 0021).
+    api_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
     service_code: Mapped[str] = mapped_column(String(200))
     version: Mapped[str] = mapped_column(String(32))

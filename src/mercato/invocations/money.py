@@ -4,10 +4,12 @@
   it was served at is current: `mercato.db.hints`, decision 0400), the call intent (its
   unique (account, key) stops the program quietly for a same-key twin before anything shared
   is touched), its first attempt's address, the reservation (`rules.reserve_steps`: the
-  caller's balances are locked and moved last but one), then the quota slot (last).
+  caller's balances are locked and moved), the key's spend limit (`spend.limit_steps`), then
+  the quota slot (last).
 - `SETTLE`: the leased terminal UPDATE to SUCCEEDED (no row: the lease was lost, nothing
   happens), then `rules.settle_steps` on the reservation it returns.
-- `RELEASE`: the leased terminal UPDATE to FAILED, then `rules.release_steps`.
+- `RELEASE`: the leased terminal UPDATE to FAILED, then `rules.release_steps`, then the
+  price back to the key's spend limit (`spend.giveback_step`).
 - `RESOLVE_SETTLE` / `RESOLVE_RELEASE`: a staff resolution, conditional on the call still
   being pending whoever holds its lease, then settle or release.
 
@@ -25,6 +27,7 @@ from sqlalchemy import Integer, String, Table, update
 
 from mercato.db import hints
 from mercato.db.guarded import Empty, Program, Refs, Step, col, inline, insert_select, param
+from mercato.invocations import spend
 from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import ACTIVE_STATES
 from mercato.ledger import rules
@@ -41,6 +44,7 @@ INTENT_COLUMNS = (
     "fingerprint",
     "channel",
     "request_id",
+    "api_key_id",
     "service_code",
     "version",
     "version_id",
@@ -133,6 +137,12 @@ ACCEPT = Program(
             reference=param("inv_id", rules.ID),
             now=_NOW,
         ),
+        # The key's spend limit (DESIGN §8): after the points, before the quota (§3's order).
+        *spend.limit_steps(
+            "spend",
+            key_id=param("inv_api_key_id", rules.ID),
+            price=param("reserve_amount", rules.POINTS),
+        ),
         quotas.slot_step(
             name="quota",
             account_id=param("inv_account_id", rules.ID),
@@ -190,7 +200,11 @@ def _finish(columns: tuple[str, ...], *, leased: bool) -> Step:
                 **values,
             )
             .returning(
-                *VIEW_COLUMNS, _c.reservation_id, _c.provider_account_id, _c.provider_share_bps
+                *VIEW_COLUMNS,
+                _c.reservation_id,
+                _c.provider_account_id,
+                _c.provider_share_bps,
+                _c.api_key_id,
             )
         )
 
@@ -221,6 +235,13 @@ def _released(name: str, finish: Step) -> Program:
             finish,
             *rules.release_steps(
                 "release", reservation_id=col("finish", "reservation_id"), now=_NOW
+            ),
+            # A release gives the points back to the key's period it was accepted in (§8).
+            spend.giveback_step(
+                "spend_back",
+                key_id=col("finish", "api_key_id"),
+                price=col("finish", "price"),
+                invocation_id=col("finish", "id"),
             ),
         ),
         outputs=tuple(("finish", column.key) for column in VIEW_COLUMNS),

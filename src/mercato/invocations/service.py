@@ -24,12 +24,11 @@ from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
-from mercato.core.frozen import set_through_slots
 from mercato.core.ids import new_id
 from mercato.db import guarded
 from mercato.db.aio_reads import SLOT, grouped
 from mercato.db.plans import Plan, Rows, Run, first, query
-from mercato.invocations import money
+from mercato.invocations import money, spend
 from mercato.invocations.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -134,7 +133,6 @@ def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView
     return None if row is None else _view(row)
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class Replayed:
     """What a replay reads in one statement (`find_replay`)."""
@@ -243,6 +241,7 @@ def accept(
     now: dt.datetime,
     request_id: str | None = None,
     hint_generation: int | None = None,
+    api_key_id: str | None = None,
 ) -> Plan[QuotaStatus | None]:
     """Accept one call intent: invocation row + its first attempt's address + reservation +
     quota slot, all or nothing.
@@ -266,6 +265,7 @@ def accept(
         "inv_fingerprint": fingerprint,
         "inv_channel": channel,
         "inv_request_id": request_id,
+        "inv_api_key_id": api_key_id,
         "inv_service_code": version.service_code,
         "inv_version": version.version,
         "inv_version_id": version.version_id,
@@ -298,12 +298,15 @@ def accept(
         "quota_window_start": quota["window_start"],
         "quota_limit": quota["limit"],
         "hint_generation": hint_generation,
+        **spend.start_params(now),
     }
     try:
         accepted = yield Run(money.ACCEPT, params)
     except guarded.Refused as refused:
         if refused.code == quotas.EXHAUSTED:
             raise quotas.slot_refused(policy, now) from None
+        if refused.code == spend.KEY_LIMIT:
+            raise spend.refusal(refused, now=now) from None
         raise ledger.refusal(refused, amount=price) from None
     if accepted is None:
         return None

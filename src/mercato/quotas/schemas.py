@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from mercato.core.frozen import set_through_slots
-
 
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -15,7 +13,6 @@ class Policy:
     window_seconds: int
 
 
-@set_through_slots  # decision 0477
 @dataclass(frozen=True, slots=True)
 class QuotaStatus:
     """The spec 2.6 view of one account's current window."""

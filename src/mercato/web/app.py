@@ -9,10 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
-from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
-from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mercato.db.runtime import Runtime
@@ -41,40 +38,11 @@ Mercato's metrics are its Prometheus series and its logs its JSON lines."""
 
 
 class MercatoApp(FastAPI):
-    """FastAPI with its native telemetry off (`TELEMETRY_OFF`, decision 0495).
-
-    FastAPI asks on every request whether OpenTelemetry is configured (three provider lookups,
-    each an `os.environ` membership test that raises and catches a KeyError inside) unless the
-    `telemetry` argument turns its signals off, which this does. Its
-    `ExceptionTelemetryMiddleware` stays in the stack regardless; with telemetry off it only
-    passes exceptions on (it records one only for a request FastAPI's telemetry marked, which
-    none is), so the stack is built without that layer: one coroutine frame less per request.
-    An HTTP request goes straight to the stack (`__call__`)."""
+    """FastAPI with its native telemetry off (`TELEMETRY_OFF`, decision 0495): no provider
+    lookups on every request to ask whether OpenTelemetry is configured."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(telemetry=TELEMETRY_OFF, **kwargs)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """An HTTP request straight to the middleware stack, as `FastAPI.__call__` sends it
-        with telemetry off (through `Starlette.__call__`: the app on the scope, the stack built
-        once), without those two frames on the stack for the whole request; anything else (the
-        lifespan, a root path, a request another FastAPI app marked) the way it always went."""
-        if scope["type"] != "http" or self.root_path or "fastapi.telemetry" in scope:
-            await super().__call__(scope, receive, send)
-            return
-        scope["app"] = self
-        stack = self.middleware_stack
-        if stack is None:
-            stack = self.middleware_stack = self.build_middleware_stack()
-        await stack(scope, receive, send)
-
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        if isinstance(stack, ServerErrorMiddleware) and isinstance(
-            stack.app, ExceptionTelemetryMiddleware
-        ):
-            stack.app = stack.app.app
-        return stack
 
 
 @contextmanager

@@ -1,9 +1,9 @@
 """The invoke route served directly, past FastAPI's router and dependency machinery.
 
 The edge layer (web/front.py) serves it after the request context, the body caps and the edge
-checks, which apply as to every request. A request the route answers in full (its method, and
-a path its own regex matches) goes straight to the route's endpoint, with the path
-parameters the route's own convertors give and the route set on the scope as the router would
+checks, which apply as to every request. A request the route matches in full (its own public
+`matches`, as the router asks it) goes straight to the route's endpoint, with the path
+parameters and the endpoint the match gives and the route set on the scope as the router would
 set it (the metrics and the log name the route from it); the route's errors become problem
 documents by the same functions the app's handlers call (`web.problems`). Anything else, an
 unexpected exception included, goes where it went before: other requests to the router, an
@@ -22,7 +22,7 @@ import inspect
 from typing import Any
 
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
-from starlette._utils import get_route_path
+from starlette.routing import Match
 from starlette.types import Scope
 
 
@@ -59,6 +59,7 @@ class DirectRoute:
         if not isinstance(original, APIRoute) or not qualifies(original):
             raise ValueError(f"{route.path} cannot be served directly")
         self.route = original  # what the router sets as the scope's route
+        self.context = route  # matches a request as the router matches it (prefixes and all)
         self.path_regex = route.path_regex  # the path as included (prefixes and all)
         self.convertors = route.param_convertors
         self.methods = frozenset(route.methods or ())
@@ -66,17 +67,25 @@ class DirectRoute:
 
     def enter(self, scope: Scope) -> dict[str, Any] | None:
         """The path parameters of an HTTP request this route answers in full (its method, and
-        a path its own regex matches), with the route set on the scope as the router would set
-        it; None for any other request."""
+        its path with its convertors), with the route set on the scope as the router sets it;
+        None for any other request. Without a root path (how `mercato serve` runs) the path is
+        matched by the route's own public regex and convertors; under one, by the route's own
+        `matches`, which knows how to strip it."""
         if scope["method"] not in self.methods:
             return None
-        found = self.path_regex.match(get_route_path(scope))
-        if found is None:
-            return None
-        convertors = self.convertors
-        params = {
-            name: convertors[name].convert(value) for name, value in found.groupdict().items()
-        }
+        if scope.get("root_path"):
+            match, child = self.context.matches(scope)
+            if match is not Match.FULL:
+                return None
+            params: dict[str, Any] = child["path_params"]
+        else:
+            found = self.path_regex.match(scope["path"])
+            if found is None:
+                return None
+            convertors = self.convertors
+            params = {
+                name: convertors[name].convert(value) for name, value in found.groupdict().items()
+            }
         scope["route"] = self.route
         scope["endpoint"] = self.endpoint
         scope["path_params"] = params

@@ -205,19 +205,6 @@ class Replayed:
             return self.pending.pop(0)
         return await self.receive()
 
-    def take_body(self) -> bytes | None:
-        """The whole body when what is left to hand out is exactly it, in one message (so a
-        reader would get it and then the server's own messages), taken: the next call goes
-        to the server's `receive`, as after a reader had read it. Else None, nothing taken."""
-        if len(self.pending) != 1:
-            return None
-        message = self.pending[0]
-        if message["type"] != "http.request" or message.get("more_body", False):
-            return None
-        self.pending.clear()
-        body: bytes = message.get("body", b"")
-        return body
-
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
     """A `receive` that hands out `messages` first, then the server's own."""

@@ -34,7 +34,7 @@ from mercato.core.ids import SYSTEM_IDS, Ids
 from mercato.core.logs import request_id_var
 from mercato.web import problems
 from mercato.web.direct import DirectRoute
-from mercato.web.edge import Replayed, checked
+from mercato.web.edge import checked
 from mercato.web.limits import limited
 from mercato.web.observe import REQUEST_ID_HEADER, RequestLog
 
@@ -85,10 +85,6 @@ class Front:
                 # any other exception goes out to the outermost 500 handler.
                 response: Response
                 request = Request(scope, receive, send_with_id)
-                if isinstance(receive, Replayed) and (body := receive.take_body()) is not None:
-                    # The body the edge checks read, as `request.body()` would read it from
-                    # `receive` (Request.stream hands out `_body` once it is set).
-                    request._body = body
                 try:
                     response = await self.direct.endpoint(request=request, **params)
                 except MercatoError as error:

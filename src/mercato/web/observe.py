@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -62,48 +60,6 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-_Add = Callable[[], None]
-_Observe = Callable[[float], None]
-
-
-def _observable(child: Any) -> bool:
-    return bool(child._is_observable())
-
-
-def _adder(child: Any) -> _Add:
-    """A call doing what `child.inc()` does (decision 0498). For a labelled child of
-    prometheus_client's own `Counter`, `inc()` checks that it is observable (it is: its label
-    values are set for good), that 1 is not negative and that there is no exemplar, then adds
-    1 to its value: the value's own `inc(1)`, without three Python frames of checks. Anything
-    else: its own `inc`."""
-    if type(child) is Counter and _observable(child):
-        return partial(child._value.inc, 1)
-    return child.inc  # type: ignore[no-any-return]
-
-
-def _observer(child: Any) -> _Observe:
-    """A call doing what `child.observe(amount)` does (decision 0498). For a labelled child of
-    prometheus_client's own `Histogram`, `observe` checks that it is observable, adds the
-    amount to the sum and 1 to the first bucket whose bound is not below it (none for NaN):
-    the same additions to the same values, by their own `inc`. Anything else: its own
-    `observe`."""
-    if type(child) is not Histogram or not _observable(child):
-        return child.observe  # type: ignore[no-any-return]
-    add_to_sum = child._sum.inc
-    buckets = tuple(
-        zip(child._upper_bounds, [bucket.inc for bucket in child._buckets], strict=True)
-    )
-
-    def observe(amount: float) -> None:
-        add_to_sum(amount)
-        for bound, add in buckets:
-            if amount <= bound:
-                add(1)
-                break
-
-    return observe
-
-
 class RequestLog:
     """Request ids, the request log line, the HTTP and invoke counters (see the module
     docstring); the edge layer (web/front.py) calls it for every HTTP request."""
@@ -112,11 +68,8 @@ class RequestLog:
         self.ids = ids
         # The labelled series each request counts in, looked up once per label values (they
         # are bounded: methods, route templates, statuses and outcomes are finite sets).
-        # Each as a call that counts in it (`_adder`, `_observer`: decision 0498).
-        self._requests: dict[tuple[str, str, int], _Add] = {}
-        self._invokes: dict[
-            tuple[str, str], tuple[Callable[[], None], Callable[[float], None]]
-        ] = {}
+        self._requests: dict[tuple[str, str, int], Counter] = {}
+        self._invokes: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 
     def request_id(self, scope: Scope) -> str:
         """The incoming `X-Request-Id` when it is a sane token, else a new id."""
@@ -131,9 +84,9 @@ class RequestLog:
             method = "OTHER"  # bounded label values
         count = self._requests.get((method, route, status))
         if count is None:
-            count = _adder(HTTP_REQUESTS.labels(method, route, str(status)))
+            count = HTTP_REQUESTS.labels(method, route, str(status))
             self._requests[method, route, status] = count
-        count()
+        count.inc()
         state = scope.get("state", {})
         code = state.get(PROBLEM_CODE) if status >= 400 else None
         fields: dict[str, Any] = {
@@ -158,13 +111,10 @@ class RequestLog:
             outcome, settlement = state.get(_OUTCOME, REJECTED)
             invokes = self._invokes.get((outcome, settlement))
             if invokes is None:
-                invokes = (
-                    _adder(INVOKES.labels(outcome, settlement)),
-                    _observer(INVOKE_LATENCY.labels(outcome)),
-                )
+                invokes = (INVOKES.labels(outcome, settlement), INVOKE_LATENCY.labels(outcome))
                 self._invokes[outcome, settlement] = invokes
-            invokes[0]()
-            invokes[1](elapsed)
+            invokes[0].inc()
+            invokes[1].observe(elapsed)
             if code == _QUOTA_CODE:
                 QUOTA_REJECTIONS.inc()
             fields["outcome"] = outcome

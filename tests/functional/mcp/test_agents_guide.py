@@ -1,6 +1,7 @@
-"""docs/agents.md, followed as written against `mercato up`: its `sh` block starts the demo, its
-desktop configuration (`json` block) connects the SDK's client with exactly that URL and
-header, and its Python block runs as a script with the two variables the guide exports.
+"""docs/agents.md, followed as written against `mercato up`: its `sh` blocks start the demo and
+make the agent's limited key, its desktop configuration (`json` block) connects the SDK's client
+with exactly that URL and header, and its Python block runs as a script with the two variables
+the guide exports; then the key's limit, lowered, refuses the next call.
 
 The test only puts the demo's URL and key in place of the guide's examples."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,14 +40,37 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
 
 
+def mercato(env: dict[str, str], line: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the guide's `mercato …` lines as written."""
+    words = shlex.split(line)
+    assert words[0] == "mercato"
+    return subprocess.run(
+        [sys.executable, "-m", "mercato", *words[1:]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 @pytest.fixture
 def demo(db_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    assert [b.strip() for b in blocks("sh")] == ["mercato up"]
+    """`mercato up`, then the guide's limited key for the agent (in `apiKey`)."""
+    up_line, create_line = (b.strip() for b in blocks("sh"))
+    assert up_line == "mercato up"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MERCATO_")}
     env.update(MERCATO_DATA_DIR=str(tmp_path / "var"), MERCATO_DATABASE_URL=db_url)
     up = UpProcess(["--json", "--port", str(free_port())], env, tmp_path / "up.stderr.log")
     try:
-        yield up.ready_json()
+        ready = up.ready_json()
+        created = mercato(env, create_line)
+        assert created.returncode == 0, created.stderr
+        assert "spend limit 100 points per day" in created.stdout
+        found = re.search(r"^(mercato_live_[0-9A-Za-z]+)$", created.stdout, re.M)
+        key_id = re.search(r"(key_[0-9a-z]+)", created.stdout)
+        assert found is not None and key_id is not None
+        yield ready | {"apiKey": found.group(1), "keyId": key_id.group(1), "env": env}
     finally:
         up.stop()
         up.kill()
@@ -65,6 +90,19 @@ def listed_with(url: str, headers: dict[str, str]) -> list[str]:
             Client(streamable_http_client(url, http_client=http)) as client,
         ):
             return [tool.name for tool in (await client.list_tools()).tools]
+
+    return anyio.run(main)
+
+
+def called_with(url: str, headers: dict[str, str], key: str) -> Any:
+    async def main() -> Any:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            return await client.call_tool(
+                TOOL, {"chart": "manga", "limit": 1}, meta={"mercato/idempotencyKey": key}
+            )
 
     return anyio.run(main)
 
@@ -111,3 +149,14 @@ def test_the_agents_guide_works_as_written(demo: dict[str, Any], tmp_path: Path)
     balance = json.loads(lines["balance"][0])
     assert balance["reserved"] == 0
     assert demo["apiKey"] not in ran.stdout + ran.stderr
+
+    # The agent's limit holds: lowered to what it has spent today, the next call is refused.
+    lowered = mercato(
+        demo["env"], f"mercato admin set-key-limit {demo['keyId']} --spend-limit 10 --period day"
+    )
+    assert lowered.returncode == 0, lowered.stderr
+    refused = called_with(entry["url"], entry["headers"], "agent-ranking-manga-1")
+    assert refused.is_error is True
+    document = refused.structured_content
+    assert document["code"] == "KEY_SPEND_LIMIT_REACHED"
+    assert (document["limit"], document["used"]) == (10, 10)

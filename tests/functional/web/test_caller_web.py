@@ -185,9 +185,10 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         keys = context.new_page()
         keys.goto(f"{base}/account")
         keys.get_by_label("Key name").fill("terminal")
+        keys.get_by_label("Spend limit (points)").fill("100")
+        keys.get_by_label("Per").select_option("WEEK")
         keys.get_by_role("button", name="Create key").click()
         api_key = keys.locator("#new-key").input_value()
-        keys.close()
         ran = subprocess.run(
             ["bash", "-c", copied],
             env={"PATH": os.environ["PATH"], "MERCATO_API_KEY": api_key},
@@ -199,6 +200,13 @@ def test_a_caller_finds_calls_copies_and_downloads_from_the_web(
         assert ran.returncode == 0, ran.stderr
         answer = json.loads(ran.stdout)
         assert answer["result"]["chart"] == "manga" and len(answer["result"]["entries"]) == 3
+        # The key's row shows its limit and what the call spent of it this week.
+        keys.goto(f"{base}/account")
+        check_page(keys, "Account")
+        limited = keys.locator("tr", has_text="terminal")
+        assert "100 per week" in limited.inner_text()
+        assert limited.locator("[data-spent]").inner_text() == "5"  # publish_ranking's price
+        keys.close()
 
         # The JSON mode for experts: the copies follow its text too.
         page.get_by_text("JSON mode (for experts)").click()

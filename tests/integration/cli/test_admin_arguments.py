@@ -134,6 +134,16 @@ def _cases(world: dict[str, str]) -> list[tuple[list[str], str]]:
         (["create-account", "b@example.com", "--password", "short"], "--password"),
         (["create-api-key", NO_ONE], "EMAIL"),
         (["create-api-key", EMAIL, "--name", long], "--name"),
+        (["create-api-key", EMAIL, "--spend-limit", "10"], "--period"),
+        (["create-api-key", EMAIL, "--period", "day"], "--spend-limit"),
+        (["create-api-key", EMAIL, "--spend-limit", "10", "--period", "hour"], "--period"),
+        (["create-api-key", EMAIL, "--spend-limit", str(2**53), "--period", "day"],
+         "--spend-limit"),
+        (["set-key-limit", "key_unknown", "--none"], "KEY_ID"),
+        (["set-key-limit", "key_unknown", "--spend-limit", "5", "--period", "week"], "KEY_ID"),
+        (["set-key-limit", "key_unknown"], "--spend-limit"),
+        (["set-key-limit", "key_unknown", "--none", "--spend-limit", "1", "--period", "day"],
+         "--none"),
         (["revoke-api-key", "key_unknown"], "KEY_ID"),
         (["unlock", NO_ONE], "EMAIL"),
         (["grant-points", NO_ONE, "10"], "EMAIL"),
@@ -298,3 +308,29 @@ def test_legacy_patterns_lists_the_versions_whose_patterns_re2_refuses(
     }
     code, out, _ = admin("legacy-patterns")
     assert code == 0 and "acme.legacy" in out and "/requestSchema/properties/a/pattern" in out
+
+
+def test_a_key_is_made_with_a_spend_limit_and_the_limit_changed(
+    admin: Admin, runtime: Runtime
+) -> None:
+    make_account(runtime.db, EMAIL)
+    code, out, err = admin(
+        "create-api-key", EMAIL, "--spend-limit", "250", "--period", "Month", "--json"
+    )
+    assert code == 0, err
+    created = json.loads(out)
+    assert created["spendLimit"] == {"points": 250, "period": "MONTH"}
+    assert created["apiKey"].startswith("mercato_live_")
+
+    limit = ["--spend-limit", "7", "--period", "total"]
+    code, out, err = admin("set-key-limit", created["keyId"], *limit, "--json")
+    assert code == 0, err
+    changed = json.loads(out)
+    assert changed["spendLimit"] == {"points": 7, "period": "TOTAL"}
+    assert (changed["spentInPeriod"], changed["periodResetsAt"]) == (0, None)
+
+    code, out, err = admin("set-key-limit", created["keyId"], "--none")
+    assert code == 0, err
+    assert out == f"API key {created['keyId']}: no spend limit\n"
+    code, out, _ = admin("create-api-key", EMAIL, "--json")
+    assert code == 0 and "spendLimit" not in json.loads(out)

@@ -24,6 +24,7 @@ from builders.accounts import make_account, make_api_key
 from builders.invocation_world import SERVICE, World, running_world
 from builders.invocations import Act, ScriptedProvider, ServerThread, ok, scripted_provider
 from builders.worker_world import add_service, grant
+from mercato.invocations import spend
 from mercato.ledger import service as ledger
 
 SLOW = "acme.slow"
@@ -224,6 +225,39 @@ def test_not_enough_points_answers_before_a_full_connection(
         finally:
             gate.set()
     assert world.balances(poor_id) == (3, 0)
+
+
+def test_the_keys_spend_limit_answers_before_a_full_connection(
+    world: World, slow: ScriptedProvider
+) -> None:
+    _set_own_limit(world, SLOW, 1)
+    limited_key, key_id = make_api_key(world.runtime.db, world.caller_id, name="agent")
+    with world.runtime.db.transaction() as session:
+        spend.set_limit(
+            session,
+            key_id=key_id,
+            account_id=None,
+            limit=(1, spend.Period.DAY),
+            now=world.clock.now(),
+        )
+    gate = threading.Event()
+    held = _gated(gate)
+    slow.script(held)
+    with (
+        _served(world) as server,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+        Flood(server.url, world, SLOW, 1),
+    ):
+        try:
+            assert held.arrived is not None and held.arrived.wait(60)
+
+            answer = _post(http, world, service=SLOW, key="limited", api_key=limited_key)
+
+            assert answer.status_code == 402, answer.text
+            assert answer.json()["code"] == "KEY_SPEND_LIMIT_REACHED"
+            assert answer.json()["limit"] == 1
+        finally:
+            gate.set()
 
 
 def test_the_process_cap_refuses_a_call_to_any_connection(

@@ -17,6 +17,7 @@ from builders.catalog import hold, publish
 from builders.invocation_world import CONTRACT, PRICE, SERVICE, World, running_world
 from builders.invocations import ScriptedProvider, ok, unknown
 from mercato.accounts import service as accounts
+from mercato.invocations import spend
 from mercato.ledger import service as ledger
 from mercato.providers.models import ProviderConnection
 from mercato.web.app import create_app
@@ -140,6 +141,34 @@ def test_refusals_are_problem_documents_and_change_nothing(world: World, mcp: Te
     assert nonsense["_meta"]["mercato/invocationId"] is None
     assert world.invocations() == []
     assert world.balances() == (100, 0)
+
+
+def test_a_call_over_the_keys_spend_limit_is_an_error_result(world: World, mcp: TestClient) -> None:
+    agent, key_id = make_api_key(world.runtime.db, world.caller_id, name="agent")
+    with world.runtime.db.transaction() as session:
+        spend.set_limit(
+            session,
+            key_id=key_id,
+            account_id=None,
+            limit=(PRICE, spend.Period.DAY),
+            now=world.clock.now(),
+        )
+    assert call(mcp, agent, TOOL, {"n": 1}, key="within")["isError"] is False
+
+    over = call(mcp, agent, TOOL, {"n": 2}, key="over")
+
+    assert over["isError"] is True
+    document = over["structuredContent"]
+    assert document["code"] == "KEY_SPEND_LIMIT_REACHED" and document["status"] == 402
+    assert (document["limit"], document["used"]) == (PRICE, PRICE)
+    assert document["resetsAt"].endswith("T00:00:00Z")
+    assert (
+        over["content"][0]["type"] == "text" and document["message"] in over["content"][0]["text"]
+    )
+    assert over["_meta"]["mercato/invocationId"] is None
+    assert len(world.invocations()) == 1 and world.balances() == (100 - PRICE, 0)
+    # The same tool through another key of the account is not limited.
+    assert call(mcp, world.api_key, TOOL, {"n": 2}, key="over")["isError"] is False
 
 
 def test_without_a_key_a_retry_is_a_new_call(world: World, mcp: TestClient) -> None:

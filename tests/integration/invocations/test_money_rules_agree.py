@@ -1,8 +1,8 @@
 """The two stores agree (decision 0240): one scripted sequence of accepts, settles, releases,
-staff resolutions, refunds, grants and payouts, refusals included, run through the production
-services on SQLite and on PostgreSQL, leaves the same ledger (accounts, transfers with their
-entries, reservations), the same invocations and attempts and the same quota windows, and
-answers every step the same way."""
+staff resolutions, refunds, grants, payouts and a key's spend limit, refusals included, run
+through the production services on SQLite and on PostgreSQL, leaves the same ledger (accounts,
+transfers with their entries, reservations), the same invocations and attempts, the same quota
+windows and the same keys' use, and answers every step the same way."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from builders.invocations import invocable_version
-from mercato.accounts.models import Account
+from mercato.accounts.models import Account, ApiKey
 from mercato.catalog.schemas import InvocableVersion
 from mercato.core.errors import MercatoError
 from mercato.db.engine import make_engine
 from mercato.db.uow import Database
 from mercato.invocations import service as invocations
+from mercato.invocations import spend
 from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import Address, Decision
 from mercato.ledger import service as ledger
@@ -32,6 +33,7 @@ from mercato.quotas.schemas import Policy
 
 START = dt.datetime(2026, 5, 1, 9, 0, tzinfo=dt.UTC)
 CALLER, POOR, PROVIDER = "acc_caller", "acc_poor", "acc_provider"
+AGENT, OTHER_KEY = "key_agent", "key_other"
 POLICY = Policy(name="script", limit=3, window_seconds=60)
 ADDRESS = Address(
     connection_revision=1, base_url="https://provider.example/v1", credential_digest="d" * 64
@@ -75,7 +77,14 @@ class Script:
             outcome = "none" if result is None else "ok"
         self.outcomes.append((label, outcome))
 
-    def accept(self, invocation_id: str, account: str, version: InvocableVersion, key: str) -> None:
+    def accept(
+        self,
+        invocation_id: str,
+        account: str,
+        version: InvocableVersion,
+        key: str,
+        api_key_id: str | None = None,
+    ) -> None:
         now = self.tick()
 
         def work() -> object:
@@ -94,9 +103,21 @@ class Script:
                     lease_owner=f"lease_{invocation_id}",
                     lease_seconds=30,
                     now=now,
+                    api_key_id=api_key_id,
                 )
 
         self.step(f"accept {invocation_id}", work)
+
+    def limit(self, key_id: str, points: int, period: spend.Period) -> None:
+        now = self.tick()
+
+        def work() -> object:
+            with self.db.transaction() as session:
+                return spend.set_limit(
+                    session, key_id=key_id, account_id=None, limit=(points, period), now=now
+                )
+
+        self.step(f"limit {key_id} {points} {period.value}", work)
 
     def settle(self, invocation_id: str, owner: str | None = None) -> None:
         now = self.tick()
@@ -203,6 +224,19 @@ def _run(db: Database) -> tuple[list[tuple[str, str]], dict[str, Any]]:
                 for a in (CALLER, POOR, PROVIDER)
             ],
         )
+        session.execute(
+            insert(ApiKey),
+            [
+                {
+                    "id": k,
+                    "account_id": CALLER,
+                    "name": k,
+                    "digest": k.ljust(64, "0"),
+                    "created_at": START,
+                }
+                for k in (AGENT, OTHER_KEY)
+            ],
+        )
     s = Script(db)
     s.grant(CALLER, 100)
     s.grant(POOR, 5)
@@ -231,6 +265,20 @@ def _run(db: Database) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     s.resolve("inv_7", Decision.FAILED)  # staff release it
     s.refund("inv_2")  # released, never settled
     s.settle_reservation_of("inv_2")  # already resolved
+    # A key's spend limit: counted at accept, refused past it, given back by a release.
+    s.tick(60)
+    s.accept("inv_8", CALLER, V70, "k8", api_key_id=AGENT)  # before the limit: counted later
+    s.limit(AGENT, 17, spend.Period.DAY)  # the use starts at 10
+    s.accept("inv_9", CALLER, V33, "k9", api_key_id=AGENT)  # 17 of 17
+    s.accept("inv_10", CALLER, V100, "k10", api_key_id=AGENT)  # 21 of 17
+    s.accept("inv_10", CALLER, V100, "k10", api_key_id=OTHER_KEY)  # another key: no limit
+    s.fail("inv_9")  # 7 back: 10 of 17
+    s.tick(60)
+    s.accept("inv_11", CALLER, V100, "k11", api_key_id=AGENT)  # 14 of 17
+    s.settle("inv_8")
+    s.settle("inv_10")
+    s.settle("inv_11")
+    s.refund("inv_11")  # a refund gives the caller the points, not the key its use
     with db.read() as session:
         assert ledger.verify(session).balanced
     return s.outcomes, _snapshot(db)
@@ -272,6 +320,7 @@ def _snapshot(db: Database) -> dict[str, Any]:
             tuple(row) for row in session.execute(select(InvocationAttempt.__table__))
         )
         windows = sorted(tuple(row) for row in session.execute(select(QuotaWindow.__table__)))
+        keys = sorted(tuple(row) for row in session.execute(select(ApiKey.__table__)))
     return {
         "balances": sorted(accounts.values()),
         "transfers": transfers,
@@ -279,6 +328,7 @@ def _snapshot(db: Database) -> dict[str, Any]:
         "invocations": invocation_rows,
         "attempts": attempts,
         "quota_windows": windows,
+        "api_keys": keys,
     }
 
 
@@ -309,6 +359,17 @@ EXPECTED = [
     ("resolve inv_7 FAILED", "ok"),
     ("refund inv_2", "RESERVATION_NOT_SETTLED"),
     ("ledger settle inv_2", "RESERVATION_ALREADY_RESOLVED"),
+    ("accept inv_8", "ok"),
+    ("limit key_agent 17 DAY", "ok"),
+    ("accept inv_9", "ok"),
+    ("accept inv_10", "KEY_SPEND_LIMIT_REACHED"),
+    ("accept inv_10", "ok"),
+    ("fail inv_9", "ok"),
+    ("accept inv_11", "ok"),
+    ("settle inv_8", "ok"),
+    ("settle inv_10", "ok"),
+    ("settle inv_11", "ok"),
+    ("refund inv_11", "ok"),
 ]
 
 
@@ -337,12 +398,14 @@ def test_the_same_script_leaves_the_same_books_on_both_stores(
     # What the script must have left, read from either store: the caller paid 10 (refunded),
     # 9 and 4; the poor caller's 10 went back; the provider earned 7 + 0 + 4, 7 refunded, 4
     # paid out; the platform kept 3 (refunded) + 9.
+    # Then the agent's key paid 10 and 4 (inv_9 released; inv_11 refunded), the other key 4:
+    # the provider earned 7 + 4 + 4 (4 refunded), the platform 3.
     balances = {(owner, kind): balance for owner, kind, balance in sqlite_books["balances"]}
-    assert balances[(CALLER, "available")] == 100 - 9 - 4
+    assert balances[(CALLER, "available")] == 100 - 9 - 4 - 10 - 4
     assert balances[(CALLER, "reserved")] == 0
     assert balances[(POOR, "available")] == 25
-    assert balances[(PROVIDER, "earnings")] == 0
-    assert balances[("platform", "revenue")] == 9
+    assert balances[(PROVIDER, "earnings")] == 11
+    assert balances[("platform", "revenue")] == 12
     assert balances[("platform", "issuance")] == -125 + 4
     states = {i: (v["state"], v["settlement"]) for i, v in sqlite_books["invocations"].items()}
     assert states == {
@@ -351,4 +414,11 @@ def test_the_same_script_leaves_the_same_books_on_both_stores(
         "inv_4": ("SUCCEEDED", "SETTLED"),
         "inv_6": ("SUCCEEDED", "SETTLED"),
         "inv_7": ("FAILED", "RELEASED"),
+        "inv_8": ("SUCCEEDED", "SETTLED"),
+        "inv_9": ("FAILED", "RELEASED"),
+        "inv_10": ("SUCCEEDED", "SETTLED"),
+        "inv_11": ("SUCCEEDED", "REFUNDED"),
     }
+    keys = {row[0]: row for row in sqlite_books["api_keys"]}
+    assert keys[AGENT][-2:] == (START.replace(hour=0, minute=0), 14)  # period start, use
+    assert keys[OTHER_KEY][-2:] == (None, 0)

@@ -23,7 +23,6 @@ FILES = 36
 """How many (the store's own executor among them)."""
 
 PURPOSES = {
-    "mercato/web/app.py": "the app (the ASGI entry)",
     "mercato/web/front.py": "the edge layer: request context, caps, checks, the invoke route",
     "mercato/web/observe.py": "the request id, log line and counters",
     "mercato/web/limits.py": "the body cap",
@@ -34,6 +33,7 @@ PURPOSES = {
     "mercato/invocations/flows.py": "the invoke flow: caller, reads, accept, send, conclude",
     "mercato/invocations/service.py": "the invocation's rules: key check, fingerprint, plans",
     "mercato/invocations/schemas.py": "the invocation view and its answers",
+    "mercato/invocations/spend.py": "the API key's spend limit, as the accept program's inputs",
     "mercato/db/hints.py": "the process's memory of keys and facts, and its fallback",
     "mercato/accounts/service.py": "the API key's digest",
     "mercato/ledger/service.py": "the reservation's checks",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from builders.invocation_world import SERVICE, World
@@ -241,6 +242,46 @@ def test_api_key_is_shown_once_listed_and_revoked_with_confirmation(
     assert done.status_code == 303
     assert world.client.get("/v1/balance", headers=auth).status_code == 401
     assert "badge-revoked" in person.get("/account").text
+
+
+def test_a_key_created_with_a_spend_limit_shows_its_limit_use_and_reset(
+    world: World, person: Browser
+) -> None:
+    person.get("/account")
+    created = person.post(
+        "/account/api-keys", {"name": "agent", "spend_limit": "25", "spend_period": "DAY"}
+    )
+    assert created.status_code == 201
+    api_key = re.search(r'value="(mercato_live_[0-9A-Za-z]+)"', created.text)
+    assert api_key
+    auth = {"Authorization": f"Bearer {api_key.group(1)}", "Idempotency-Key": "page-limit"}
+    called = world.client.post(
+        f"/v1/services/{SERVICE}/versions/v1:invoke", json={"n": 1}, headers=auth
+    )
+    assert called.status_code == 200
+
+    person.post("/account/api-keys", {"name": "unlimited"})
+    page = person.get("/account").text
+    now = world.clock.now()
+    tomorrow = dt.datetime(now.year, now.month, now.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+    row = (
+        '">25 per day</td><td class="num" data-spent="{id}">10</td>'
+        f'<td><time datetime="{tomorrow.isoformat()}">'
+    )
+    key_id = re.search(r'data-limit="(key_[0-9a-z]+)"', page)
+    assert key_id and row.format(id=key_id.group(1)) in page
+    assert "<td>none</td>" in page  # the key made without a limit
+
+
+def test_a_bad_spend_limit_is_refused_next_to_its_field(world: World, person: Browser) -> None:
+    person.get("/account")
+    refused = person.post("/account/api-keys", {"name": "agent", "spend_limit": "-3"})
+    assert refused.status_code == 400 and field_error(refused, "spend_limit")
+    refused = person.post(
+        "/account/api-keys", {"name": "agent", "spend_limit": "3", "spend_period": "HOUR"}
+    )
+    assert refused.status_code == 400 and field_error(refused, "spend_period")
+    assert "agent" not in person.get("/account").text
 
 
 def test_api_key_name_errors_are_next_to_the_name(world: World, person: Browser) -> None:

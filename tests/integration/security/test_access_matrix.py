@@ -52,6 +52,10 @@ API: dict[tuple[str, str], Entry] = {
     ("get", "/v1/api-keys"): Entry("session"),
     ("post", "/v1/api-keys"): Entry("session", body={"name": "k"}),
     ("post", "/v1/api-keys/{key_id}:revoke"): _OWNED_SESSION,
+    ("put", "/v1/api-keys/{key_id}/spend-limit"): Entry(
+        "session", "owner", body={"points": 10, "period": "DAY"}
+    ),
+    ("delete", "/v1/api-keys/{key_id}/spend-limit"): _OWNED_SESSION,
     ("get", "/v1/catalog/listings"): _PUBLIC,
     ("get", "/v1/catalog/listings/{service_code}"): _PUBLIC,
     ("get", "/v1/catalog/listings/{service_code}/versions/{version}"): _PUBLIC,

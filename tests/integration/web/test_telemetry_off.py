@@ -1,13 +1,11 @@
 """FastAPI's native OpenTelemetry is off in the product app (decision 0495): no per-request
-provider check, no `ExceptionTelemetryMiddleware` layer, and still the same 500 for an
-exception out of a route."""
+provider check, and still the same 500 for an exception out of a route."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
 from fastapi.testclient import TestClient
 from opentelemetry import _logs, metrics, trace
 from starlette.middleware.errors import ServerErrorMiddleware
@@ -34,7 +32,6 @@ def test_the_product_app_is_built_with_telemetry_off(runtime: Runtime) -> None:
         assert app._telemetry[signal] is False  # type: ignore[literal-required]
     layers = _layers(app.build_middleware_stack())
     assert layers[0] is ServerErrorMiddleware
-    assert ExceptionTelemetryMiddleware not in layers
 
 
 class _Configured:
@@ -91,24 +88,3 @@ def test_an_exception_out_of_a_route_is_still_the_500_problem(runtime: Runtime) 
         answer = client.get("/_boom")
     assert answer.status_code == 500
     assert answer.headers["content-type"].startswith("application/problem+json")
-
-
-def test_http_requests_skip_fastapis_call_and_the_lifespan_does_not(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`MercatoApp.__call__` sends an HTTP request straight to the middleware stack (what
-    FastAPI's and Starlette's `__call__` do with telemetry off); the lifespan still goes
-    through FastAPI's."""
-    app = create_app(runtime)
-    kinds: list[str] = []
-    through = MercatoApp.__mro__[1].__call__
-
-    async def recording(self: Any, scope: Any, receive: Any, send: Any) -> None:
-        kinds.append(scope["type"])
-        await through(self, scope, receive, send)
-
-    monkeypatch.setattr(MercatoApp.__mro__[1], "__call__", recording)
-    with TestClient(app) as client:
-        assert client.get("/health/live").status_code == 200
-        assert client.get("/no/such/page").status_code == 404
-    assert kinds == ["lifespan"]

@@ -25,6 +25,7 @@ seen: dict[str, Any] = {}
 @router.post("/things/{name}:poke")
 async def poke(name: str, request: Request) -> Response:
     seen["route"] = getattr(request.scope.get("route"), "path", None)
+    seen["scope"] = {key: request.scope.get(key) for key in ("route", "endpoint", "path_params")}
     body = await request.body()
     if body == b"unauthenticated":
         raise Unauthenticated("Who are you?")
@@ -61,11 +62,26 @@ def _app() -> FastAPI:
     return app
 
 
+def _routed_app() -> FastAPI:
+    """The same app without the edge layer: every request through FastAPI's router."""
+    app = FastAPI()
+    problems.install(app)
+    app.include_router(router)
+    return app
+
+
 def _post(
-    path: str, body: bytes, method: str = "POST", headers: list[tuple[str, str]] | None = None
+    path: str,
+    body: bytes,
+    method: str = "POST",
+    headers: list[tuple[str, str]] | None = None,
+    app: FastAPI | None = None,
+    root_path: str = "",
 ) -> httpx.Response:
     async def call() -> httpx.Response:
-        transport = httpx.ASGITransport(app=_app(), raise_app_exceptions=False)
+        transport = httpx.ASGITransport(
+            app=app or _app(), raise_app_exceptions=False, root_path=root_path
+        )
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return await client.request(method, path, content=body, headers=headers)
 
@@ -77,6 +93,26 @@ def test_the_route_is_served_with_its_path_parameters_and_scope_route() -> None:
     answer = _post("/v1/things/a%20b:poke", b"hello")
     assert (answer.status_code, answer.text) == (200, "a b:a b:hello")
     assert seen["route"] == "/v1/things/{name}:poke"  # the prefix is the included router's
+
+
+@pytest.mark.parametrize("root_path", ["", "/api"])
+@pytest.mark.parametrize(
+    "body", [b"hello", b"unauthenticated", b"too-large", b"own-id"], ids=lambda b: b.decode()
+)
+def test_the_direct_answer_and_scope_are_the_routers(body: bytes, root_path: str) -> None:
+    """What keeps the route served directly true (decision 0577): FastAPI's router and
+    handler, given the same request, set the same scope and send the same answer (but the
+    request id the edge layer adds). Fails when FastAPI or Starlette change either."""
+
+    def answer(app: FastAPI | None) -> tuple[int, bytes, list[tuple[bytes, bytes]], Any]:
+        seen.clear()
+        got = _post(root_path + "/v1/things/a%20b:poke", body, app=app, root_path=root_path)
+        raw = [(k, v) for k, v in got.headers.raw if k.lower() != b"x-request-id"]
+        return got.status_code, got.content, raw, seen.get("scope")
+
+    direct = answer(None)
+    assert direct == answer(_routed_app())
+    assert direct[3]["path_params"] == {"name": "a b"}
 
 
 def test_its_errors_are_the_app_s_problem_documents() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -11,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mercato.web.edge import (
-    Replayed,
     head_refusal,
     invalid_text,
     json_pointer,
@@ -72,33 +70,6 @@ def test_a_nul_is_found_exactly_when_the_encoding_holds_one(document: Any) -> No
 
 
 # --- the body the edge read, handed to the directly served route (decision 0430) ----------
-
-
-def _server(*messages: dict[str, Any]) -> Any:
-    queue = list(messages)
-
-    async def receive() -> dict[str, Any]:
-        return queue.pop(0)
-
-    return receive
-
-
-def test_the_whole_body_in_one_message_is_taken_and_then_the_server_answers() -> None:
-    body = {"type": "http.request", "body": b"{}", "more_body": False}
-    replayed = Replayed([body], _server({"type": "http.disconnect"}))
-    assert replayed.take_body() == b"{}"
-    assert replayed.take_body() is None  # taken once
-    assert asyncio.run(replayed()) == {"type": "http.disconnect"}
-
-
-def test_a_body_cut_by_a_disconnect_is_not_taken() -> None:
-    cut = [
-        {"type": "http.request", "body": b"{", "more_body": True},
-        {"type": "http.disconnect"},
-    ]
-    replayed = Replayed(cut, _server())
-    assert replayed.take_body() is None
-    assert [asyncio.run(replayed()), asyncio.run(replayed())] == cut  # nothing taken
 
 
 def _head_refusal_first_written(scope: dict[str, Any]) -> Any:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from mercato.accounts.errors import KeySpendLimitReached
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import ListingUnavailable, VersionNotFound
 from mercato.core.errors import MercatoError, Unauthenticated
@@ -56,48 +56,8 @@ def provider_client(request: Request) -> ProviderClient:
     return runtime_of(request).provider_client()
 
 
-_RAW_NAMES: dict[str, bytes] = {}  # a header's name as it is sent, for the few names used
-
-
-class JsonAnswer(Response):
-    """`Response(content, status_code=…, headers=…, media_type="application/json")`: the same
-    body and raw headers, made for less (decision 0474). Starlette encodes every name and
-    value by the codec named "latin-1" (a lookup of the name each time) and walks them again
-    for Content-Length and Content-Type: 20.7 K instructions an invoke answer. Here a name is
-    lowered and encoded once per process, an ASCII value is encoded as ASCII (the same bytes
-    as latin-1), and the walk is the one that encodes."""
-
-    media_type = "application/json"
-
-    def __init__(self, content: bytes, status_code: int, headers: Mapping[str, str]) -> None:
-        self.status_code = status_code
-        self.background = None
-        self.body = content
-        raw_headers: list[tuple[bytes, bytes]] = []
-        populate_length = populate_type = True
-        names = _RAW_NAMES
-        for name, value in headers.items():
-            raw = names.get(name)
-            if raw is None:
-                raw = name.lower().encode("latin-1")
-                if len(names) < 256:
-                    names[name] = raw
-            if raw == b"content-length":
-                populate_length = False
-            elif raw == b"content-type":
-                populate_type = False
-            raw_headers.append(
-                (raw, value.encode() if value.isascii() else value.encode("latin-1"))
-            )
-        if populate_length and not (status_code < 200 or status_code in (204, 304)):
-            raw_headers.append((b"content-length", str(len(content)).encode()))
-        if populate_type:
-            raw_headers.append((b"content-type", b"application/json"))
-        self.raw_headers = raw_headers
-
-
 def _json(status: int, body: dict[str, Any], headers: dict[str, str]) -> Response:
-    return JsonAnswer(orjson.dumps(body), status, headers)
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
 def outcome_response(
@@ -146,6 +106,7 @@ _INVOKE_ERRORS = (
     IdempotencyKeyMissing,
     IdempotencyKeyInvalid,
     InsufficientPoints,
+    KeySpendLimitReached,
     ListingUnavailable,
     VersionNotFound,
     IdempotencyKeyInUse,

@@ -8,7 +8,7 @@ that their real answers validate against it (tests/integration/web/test_openapi.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -47,11 +47,38 @@ class Me(Wire):
     channel: str = Field(description="SESSION (an API key cannot read /v1/me)")
 
 
+class SpendLimit(Wire):
+    """A key's hard spend limit (DESIGN §8): at most `points` in each `period` (UTC)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    points: int = Field(ge=0, le=2**53 - 1, description="Points the key may spend per period.")
+    period: Literal["DAY", "WEEK", "MONTH", "TOTAL"] = Field(
+        description="DAY (UTC day), WEEK (ISO week from Monday 00:00 UTC), MONTH (UTC "
+        "calendar month) or TOTAL (never resets)."
+    )
+
+
 class CreatedApiKey(Wire):
     api_key: str = Field(description="The plaintext key; shown once, only its digest is kept.")
     key_id: str
     name: str
     created_at: str | None
+    spend_limit: SpendLimit | None = None
+
+
+class KeySpend(Wire):
+    """A key's spend limit and its use in the current period."""
+
+    key_id: str
+    spend_limit: SpendLimit | None = Field(description="null: the key has no limit.")
+    spent_in_period: int | None = Field(
+        description="Points reserved or settled by the key's calls in the current period "
+        "(a released call gives its points back; a refund does not); null without a limit."
+    )
+    period_resets_at: str | None = Field(
+        description="When the use starts again from 0; null for TOTAL or without a limit."
+    )
 
 
 class ApiKeySummary(Wire):
@@ -60,6 +87,9 @@ class ApiKeySummary(Wire):
     created_at: str | None
     last_used_at: str | None
     revoked_at: str | None
+    spend_limit: SpendLimit | None
+    spent_in_period: int | None
+    period_resets_at: str | None
 
 
 class ApiKeyList(Wire):

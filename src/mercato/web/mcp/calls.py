@@ -171,6 +171,7 @@ async def invoke_tool(
         invoke = flows.InvokeRequest(
             account_id=call.principal.account_id,
             channel=call.principal.channel,
+            key_id=call.principal.key_id,
             service_code=service_code,
             version=version,
             idempotency_key=key,

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import ApiKeyNotFound
+from mercato.accounts.errors import ApiKeyNotFound, InvalidSpendLimit
 from mercato.core.errors import MercatoError
+from mercato.invocations import spend
 from mercato.ledger import service as ledger
 from mercato.quotas import service as quotas
 from mercato.web.deps import runtime_of
@@ -28,6 +29,7 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
         quota = quotas.current_status(
             session, account_id=user.account_id, settings=runtime.settings, now=runtime.clock.now()
         )
+        now = runtime.clock.now()
         key_rows = [
             {
                 "id": k.id,
@@ -35,6 +37,7 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
                 "created_at": k.created_at,
                 "last_used_at": k.last_used_at,
                 "revoked_at": k.revoked_at,
+                "spend": spend.spend_of(k, now),
             }
             for k in keys
         ]
@@ -44,7 +47,29 @@ def _account_context(request: Request, user: PageUser) -> dict[str, Any]:
         "history": history,
         "keys": key_rows,
         "quota": quota,
+        "spend_periods": _PERIODS,
     }
+
+
+_PERIODS = (
+    ("DAY", "day (UTC)"),
+    ("WEEK", "week (from Monday)"),
+    ("MONTH", "month"),
+    ("TOTAL", "in all"),
+)
+
+
+def _form_limit(form: Any, errors: dict[str, str]) -> tuple[int, spend.Period] | None:
+    """The spend limit the creation form asks for (None: none); a bad value goes to `errors`."""
+    points = text_of(form, "spend_limit").strip()
+    if not points:
+        return None
+    try:
+        return spend.parse_limit(points, text_of(form, "spend_period") or "DAY")
+    except InvalidSpendLimit as error:
+        field = "spend_period" if error.extra.get("field") == "spendLimit.period" else "spend_limit"
+        errors[field] = error.message
+        return None
 
 
 @router.get("/account")
@@ -58,16 +83,31 @@ def create_key(request: Request, user: User, form: Form) -> Response:
     runtime = runtime_of(request)
     errors: dict[str, str] = {}
     created = None
+    limit = _form_limit(form, errors)
     if not name or len(name) > 100:
         errors["name"] = "Give the key a name of 1 to 100 characters."
-    else:
+    elif not errors:
+        now = runtime.clock.now()
         try:
             with runtime.db.transaction() as session:
                 created = accounts.create_api_key(
-                    session, account_id=user.account_id, name=name, now=runtime.clock.now()
+                    session, account_id=user.account_id, name=name, now=now
                 )
+                if limit is not None:
+                    spend.set_limit(
+                        session,
+                        key_id=created.key_id,
+                        account_id=user.account_id,
+                        limit=limit,
+                        now=now,
+                    )
         except MercatoError as error:
             errors["name"] = error.message
+    values = {
+        "name": name,
+        "spend_limit": text_of(form, "spend_limit"),
+        "spend_period": text_of(form, "spend_period"),
+    }
     return render(
         request,
         "account.html",
@@ -75,7 +115,7 @@ def create_key(request: Request, user: User, form: Form) -> Response:
         title="Account",
         created=created,
         errors=errors,
-        values={"name": name} if errors else {},
+        values=values if errors else {},
         **_account_context(request, user),
     )
 
