@@ -3,7 +3,7 @@
 One plain Starlette route, no FastAPI, no middleware (no request ids, metrics, access log, edge
 checks or body limits), uvicorn with its fastest parser, and behind it exactly the engine
 `mercato serve` runs: the API-key lookup, the key and facts reads, the accept program, the
-async provider client with its guard, the settle program (`flows.prepare` + `flows.run` on
+async provider client with its guard, the settle program (`flows.invoke_call` on
 `runtime.adb`). What it costs is what the engine costs; what `mercato serve` costs on top of
 it is the web layer. Only the success answer is written out (the benchmark sends valid calls;
 anything else is a 500, counted as such). Never a product entry point.
@@ -28,9 +28,8 @@ from mercato.db.runtime import Runtime
 from mercato.dispatch.async_client import AsyncProviderClient
 from mercato.dispatch.port import PerLoopProvider
 from mercato.invocations import flows
-from mercato.invocations import service as invocations
 from mercato.settings import load_settings
-from mercato.web.deps import bearer_token, principal_on, record_key_use
+from mercato.web.deps import bearer_token
 
 PATH = "/v1/services/{service_code}/versions/{version}:invoke"
 
@@ -42,28 +41,14 @@ def create_app() -> Starlette:
 
     async def invoke(request: Request) -> Response:
         body = await request.body()
-        token = bearer_token(request)
-        async with runtime.adb.read() as conn:
-            principal = await principal_on(request, conn, token)
-            prepared = await flows.prepare(
-                runtime,
-                conn,
-                flows.InvokeRequest(
-                    account_id=principal.account_id,
-                    channel=principal.channel,
-                    service_code=request.path_params["service_code"],
-                    version=request.path_params["version"],
-                    idempotency_key=invocations.check_idempotency_key(
-                        request.headers.getlist("idempotency-key")
-                    ),
-                    body=body,
-                ),
-            )
-        await record_key_use(request)
-        result = prepared if isinstance(prepared, flows.InvokeResult) else None
-        if result is None:
-            assert isinstance(prepared, flows.Prepared)
-            result = await flows.run(runtime, prepared)
+        call = flows.Call(
+            bearer_token(request),
+            request.headers.getlist("idempotency-key"),
+            request.path_params["service_code"],
+            request.path_params["version"],
+            body,
+        )
+        result = await flows.invoke_call(runtime, call)
         if result.view.state != "SUCCEEDED":
             return Response(b"", status_code=500)
         return Response(orjson.dumps(result.view.success_body()), media_type="application/json")
@@ -73,7 +58,7 @@ def create_app() -> Starlette:
 
     routes = [Route(PATH, invoke, methods=["POST"]), Route("/health/live", live)]
     app = Starlette(routes=routes)
-    app.state.runtime = runtime  # principal_on reads the runtime from the app, as the product's
+    app.state.runtime = runtime
     return app
 
 

@@ -85,14 +85,3 @@ class KeySpendLimitReached(MercatoError):
     code = "KEY_SPEND_LIMIT_REACHED"
     status = 402
     title = "The API key's spend limit is reached"
-
-
-class KeyDisproved(Exception):
-    """An API key served from memory (decision 0400) turned out, when proven later in the
-    call, to be refused: `error` is the refusal the call answers, exactly as if the key had
-    been read at the start. Not a MercatoError, so that nothing the route adds to a refusal
-    made after authentication (its quota headers) is added to this one (`web.direct`)."""
-
-    def __init__(self, error: Unauthenticated) -> None:
-        super().__init__(str(error))
-        self.error = error

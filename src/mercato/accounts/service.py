@@ -64,8 +64,7 @@ from mercato.accounts.schemas import (
 )
 from mercato.core.errors import Unauthenticated
 from mercato.core.ids import new_id
-from mercato.db.hints import Memo, Served, generation_plan, note_served
-from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
+from mercato.db.plans import Plan, Rows, first, query
 from mercato.db.uow import Database
 from mercato.settings import Settings
 
@@ -845,36 +844,3 @@ def record_signup(
         )
     )
     session.flush()
-
-
-# --- API keys kept in memory (decision 0400) --------------------------------------------
-
-
-class KeyHint:
-    """An API key's principal as a serve process keeps it (`mercato.db.hints`), with when its
-    use was last recorded as this process knows it (it records a use at most once per
-    `LAST_USED_RESOLUTION`, as every process does)."""
-
-    __slots__ = ("last_used_at", "principal")
-
-    def __init__(self, principal: Principal, last_used_at: dt.datetime | None) -> None:
-        self.principal = principal
-        self.last_used_at = last_used_at
-
-
-async def hinted_api_key(conn: AsyncConnection, memo: Memo[Any] | None, api_key: str) -> KeyHint:
-    """The principal of `api_key` from `memo` when it has it (noting on the read unit `conn`
-    that it was served from memory, so that the call's money write proves it: `hints` rule
-    3), else read on `conn` (and filed in `memo`, under the generation read first)."""
-    digest = api_key_digest(api_key)
-    generation = None
-    if memo is not None:
-        hit = memo.get(digest)
-        if hit is not None and note_served(conn, Served(hit[1], digest)):
-            return cast(KeyHint, hit[0])
-        generation = await generation_plan.aio(conn)
-    principal, last_used_at = await lookup_api_key_digest.aio(conn, digest=digest)
-    hint = KeyHint(principal, last_used_at)
-    if memo is not None and generation is not None:
-        memo.put(digest, hint, generation)
-    return hint

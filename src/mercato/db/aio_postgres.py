@@ -50,7 +50,6 @@ from mercato.db.aio import (
 from mercato.db.aio_reads import SLOT, is_grouped, read_group, with_slot
 from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
 from mercato.db.engine import IDLE_PING_SECONDS
-from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Run
 from mercato.db.runner import Programs, Runnable
 from mercato.db.uow import Database
@@ -178,7 +177,7 @@ class _Connection:
     that is not a grouped read (decision 0501: a grouped read goes with the loop's others,
     `aio_reads`) and keeps it to the unit's end."""
 
-    __slots__ = ("_conn", "_db", "_pool", "_unit", "served")
+    __slots__ = ("_conn", "_db", "_pool", "_unit")
 
     def __init__(self, db: PostgresDatabase, conn: Any, unit: Unit) -> None:
         self._db = db
@@ -186,8 +185,6 @@ class _Connection:
         self._pool: _Pool | None = None
         """The pool this unit took its connection from (a read unit's, at its first statement)."""
         self._unit = OneUnit(unit)
-        self.served: Served | None = None
-        """What this unit served from memory (`mercato.db.hints.note_served`)."""
 
     @property
     def refused(self) -> bool:

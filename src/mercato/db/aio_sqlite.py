@@ -43,7 +43,6 @@ from mercato.db import guarded
 from mercato.db.aio import Observed, OneUnit, Unit, Writes, begin_unit, fail_waiting
 from mercato.db.aio_reads import is_grouped
 from mercato.db.aio_statements import Prepared, ProgramStatement, Statements, sqlalchemy_error
-from mercato.db.hints import Served
 from mercato.db.plans import AsyncConnection, Op, Rows, Run
 from mercato.db.runner import COUNT, Programs, Runnable, drive
 from mercato.db.uow import Database
@@ -67,7 +66,7 @@ def _is_busy(error: sqlite3.Error) -> bool:
 class _Connection:
     """One unit of work's connection (`plans.AsyncConnection`)."""
 
-    __slots__ = ("_begun", "_db", "_raw", "_unit", "served")
+    __slots__ = ("_begun", "_db", "_raw", "_unit")
 
     def __init__(self, db: SqliteDatabase, raw: sqlite3.Connection | None, unit: Unit) -> None:
         self._db = db
@@ -76,8 +75,6 @@ class _Connection:
         self._begun = True
         """False in a read unit whose first statement ran alone, until its next one."""
         self._unit = OneUnit(unit)
-        self.served: Served | None = None
-        """What this unit served from memory (`mercato.db.hints.note_served`)."""
 
     async def execute(self, op: Op) -> Any:
         self._unit.check(op)

@@ -1,5 +1,6 @@
-"""Hints: what the hot invoke keeps in memory per serve process, and the rule that keeps it
-honest (decision 0400).
+"""Hints: what the hot invoke keeps in memory per serve process, the rule that keeps it
+honest, and its one fallback (decisions 0400, 0570). The only module that knows the memory:
+the invoke flow asks it; no web module imports it.
 
 The invoke reads the caller's API key (its principal) and the version's invocable facts (the
 version and its holds, its connection's dispatch target, the caller's quota policy) on every
@@ -14,14 +15,17 @@ nothing. What it keeps is only a hint; the rule, written once here for both stor
    writes a watched table (none does today but the key-use touch and the spend-limit use,
    which no hint depends on) must `bump` itself.
 2. **Hints of one generation.** A `Hints` memo holds entries of one generation only, read
-   after that generation was (`generation_plan` first, then the facts, in the same read): an
-   entry is never older than the generation it is filed under. Seeing a newer generation
+   after that generation was (`Recall.generation` first, then the facts, in the same read):
+   an entry is never older than the generation it is filed under. Seeing a newer generation
    drops every entry.
-3. **The money write decides.** A call served from memory carries the generation of what it
-   used (`Served`, noted on its read unit). Its accept program's first step (`guard_step`) runs
-   only while `hint_generation` still holds that value; otherwise the program stops, writes
-   nothing, and the engine drops its hints and does the call again the uncached way, which
-   answers exactly as it would have (a revoked key: 401; a held listing: 403; …). So a change
+3. **The money write decides; anything else falls back.** An attempt of a call notes what it
+   took from memory (`Recall`). Its accept program's first step (`guard_step`) runs only
+   while `hint_generation` still holds the generation of what it took; otherwise the program
+   stops and writes nothing. That stop, a replay whose remembered key its read did not prove,
+   and any refusal of an attempt that took something unproven from memory are one thing: a
+   divergence, `Diverged`. The flow catches it once, at its top, forgets what the attempt took
+   and runs the call again uncached (`Recall(..., recalling=False)`), which answers exactly as
+   a process without memory would (a revoked key: 401; a held listing: 403; …). So a change
    committed before an invoke's accept governs that invoke, in every process sharing the
    database, without any clock or TTL: PostgreSQL's statement (READ COMMITTED, a fresh
    snapshot per statement) and SQLite's BEGIN IMMEDIATE transaction both read the committed
@@ -32,6 +36,7 @@ Admin writes serialise on the generation row (they are rare); the hot path only 
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -39,8 +44,10 @@ from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import BigInteger, Integer, Table, event, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import InstanceState, Mapped, Session, UOWTransaction, mapped_column
 
+from mercato.core.errors import MercatoError
 from mercato.db.base import Base
 from mercato.db.guarded import Empty, Refs, Step
 from mercato.db.plans import Plan, Rows, query, scalar
@@ -157,34 +164,6 @@ def guard_step(name: str = "hinted") -> Step:
 # --- the memo -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Served:
-    """What a read unit served from memory: the oldest generation it used, and the digest of
-    the API key it took as proven (so that the uncached way can prove it again)."""
-
-    generation: int
-    key_digest: str | None = None
-
-
-def note_served(conn: Any, served: Served) -> bool:
-    """Note on the read unit `conn` that it served `served` from memory (keeping the oldest
-    generation). False when `conn` cannot carry it (then serve nothing from memory)."""
-    try:
-        before: Served | None = conn.served
-    except AttributeError:
-        return False
-    if before is not None:
-        digest = served.key_digest or before.key_digest
-        served = Served(min(before.generation, served.generation), digest)
-    conn.served = served
-    return True
-
-
-def served_on(conn: Any) -> Served | None:
-    """What the read unit `conn` served from memory (None: nothing)."""
-    return getattr(conn, "served", None)
-
-
 class Memo(Generic[V]):
     """Hints of one generation (rule 2): `get` answers (value, generation) or None."""
 
@@ -210,10 +189,10 @@ class Memo(Generic[V]):
                 self._generation = generation
             self._entries[key] = value
 
-    def forget(self) -> None:
-        """Drop every entry (a guard found the generation moved)."""
+    def drop(self, key: Hashable) -> None:
+        """Drop the entry of `key` (a call found it did not hold)."""
         with self._lock:
-            self._entries = {}
+            self._entries.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -236,12 +215,23 @@ class Used:
         return key in self._keys
 
 
+class KeyHint:
+    """An API key as a process keeps it: its principal, and when its use was last recorded as
+    this process knows it (a process records a use at most once per resolution period)."""
+
+    __slots__ = ("last_used_at", "principal")
+
+    def __init__(self, principal: Any, last_used_at: dt.datetime | None) -> None:
+        self.principal = principal
+        self.last_used_at = last_used_at
+
+
 @dataclass
 class Hints:
-    """The hints of one process (carried by its Runtime): API keys and invocable facts, and
-    the Idempotency-Keys it knows to be used."""
+    """The hints of one process (carried by its Runtime): API keys (by digest) and invocable
+    facts, and the Idempotency-Keys it knows to be used."""
 
-    keys: Memo[Any]
+    keys: Memo[KeyHint]
     facts: Memo[Any]
     used: Used
 
@@ -249,6 +239,108 @@ class Hints:
     def empty(cls) -> Hints:
         return cls(keys=Memo(), facts=Memo(), used=Used())
 
+
+# --- the fallback -------------------------------------------------------------------------
+
+
+class Diverged(Exception):
+    """What an attempt of a call took from memory did not hold (its accept program stopped),
+    or the attempt's answer would rest on it unproven (rule 3): the flow forgets it and runs
+    the call again uncached."""
+
+
+class Recall:
+    """One attempt of a call and the process's memory (rule 3): what it takes from memory,
+    what it files after reading, and whether its answer rests on something unproven.
+
+    `recalling=False`: the uncached attempt, which reads everything (and files it)."""
+
+    __slots__ = ("_facts", "_hints", "_key", "_read", "generation", "recalling", "unproven")
+
+    def __init__(self, hints: Hints | None, *, recalling: bool = True) -> None:
+        self._hints = hints
+        self.recalling = recalling and hints is not None
+        self.generation: int | None = None
+        """The oldest generation of what was taken: the accept program's guard proves it."""
+        self.unproven = False
+        """Something was taken that no read has proven since (a refusal then diverges)."""
+        self._read: int | None = None  # the generation read in this attempt, to file under
+        self._key: str | None = None
+        self._facts: Hashable | None = None
+
+    def key(self, digest: str) -> KeyHint | None:
+        """The API key of `digest` from memory, or None (then read it and `file_key`)."""
+        hints = self._hints
+        if not self.recalling or hints is None:
+            return None
+        hit = hints.keys.get(digest)
+        if hit is None:
+            return None
+        self._key = digest
+        return self._took(hit)
+
+    def facts(self, key: Hashable, used: Hashable) -> Any | None:
+        """The facts filed under `key` from memory, or None; None too when the call's
+        Idempotency-Key `used` is known to be used (a replay: read it first)."""
+        hints = self._hints
+        if not self.recalling or hints is None or used in hints.used:
+            return None
+        hit = hints.facts.get(key)
+        if hit is None:
+            return None
+        self._facts = key
+        return self._took(hit)
+
+    def _took(self, hit: tuple[V, int]) -> V:
+        taken, generation = self.generation, hit[1]
+        self.generation = generation if taken is None or generation < taken else taken
+        self.unproven = True
+        return hit[0]
+
+    def proving(self) -> str | None:
+        """The digest of the API key taken from memory and not proven yet (None: none), for
+        a read to prove beside what it reads (`accounts.key_proof`)."""
+        return self._key if self.unproven else None
+
+    def proven(self) -> None:
+        """A read (or the accept program) proved what was taken: a refusal from now on is the
+        call's own."""
+        self.unproven = False
+
+    def wants_generation(self) -> bool:
+        """Whether to read the generation now (`saw` it), before what will be filed."""
+        return self._hints is not None and self._read is None
+
+    def saw(self, generation: int) -> None:
+        self._read = generation
+
+    def file_key(self, digest: str, hint: KeyHint) -> None:
+        if self._hints is not None and self._read is not None:
+            self._hints.keys.put(digest, hint, self._read)
+
+    def file_facts(self, key: Hashable, facts: Any) -> None:
+        if self._hints is not None and self._read is not None:
+            self._hints.facts.put(key, facts, self._read)
+
+    def used(self, key: Hashable) -> None:
+        """Note that the Idempotency-Key `key` is used (accepted, replayed or refused as one)."""
+        if self._hints is not None:
+            self._hints.used.add(key)
+
+    def diverged(self, error: BaseException) -> bool:
+        """Whether `error`, out of this attempt, is a divergence: `Diverged` itself, or a
+        refusal while something taken from memory is unproven (the uncached attempt gives
+        the answer, and proves the key first)."""
+        return isinstance(error, Diverged) or (
+            self.unproven and isinstance(error, (MercatoError, IntegrityError))
+        )
+
     def forget(self) -> None:
-        self.keys.forget()
-        self.facts.forget()
+        """Drop what this attempt took from memory (it diverged)."""
+        hints = self._hints
+        if hints is None:
+            return
+        if self._key is not None:
+            hints.keys.drop(self._key)
+        if self._facts is not None:
+            hints.facts.drop(self._facts)

@@ -57,8 +57,8 @@ class Runtime:
     async_provider: AsyncProvider | None = None
     """The provider client of the async flows (`mercato.dispatch.port.AsyncProvider`)."""
     hints: Hints | None = field(default_factory=Hints.empty)
-    """What the hot invoke keeps in memory in this process (`mercato.db.hints`, decision
-    0400); None: it reads everything on every call."""
+    """What the hot invoke keeps in memory in this process (`mercato.db.hints`, decisions
+    0400, 0570); None: it reads everything on every call."""
 
     bulkhead: Bulkhead | None = None
     """Provider calls in flight in this process, per connection and in all (DESIGN §7,

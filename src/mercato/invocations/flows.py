@@ -8,30 +8,33 @@ plans are the same functions the sync callers (CLI, tests) run on a Session.
 
 Nothing here keeps state in memory that another process needs: every decision is written to
 the database, and every transition is conditional on holding the row's lease. What the invoke
-keeps in memory (the caller's key, the version's facts: `mercato.db.hints`, decision 0400) is
-only a hint that the accept program proves.
+keeps in memory (the caller's key, the version's facts: `mercato.db.hints`) is only a hint
+that the accept program proves; an attempt that diverges from it is done again uncached, at
+the top of the flow (`_fallback`, decision 0570).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from random import Random
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError
 
 from mercato.accounts import service as accounts
-from mercato.accounts.errors import KeyDisproved, KeySpendLimitReached
+from mercato.accounts.errors import KeySpendLimitReached
+from mercato.accounts.schemas import Principal
 from mercato.artifacts import service as artifact_service
 from mercato.catalog import service as catalog
 from mercato.core import schema_engine
 from mercato.core.errors import MercatoError, Unauthenticated
 from mercato.core.json_depth import MAX_JSON_DEPTH, nesting_exceeds
-from mercato.db.hints import Served, generation_plan, note_served, served_on
+from mercato.db import hints
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
@@ -64,6 +67,7 @@ from mercato.quotas.errors import RateLimitExceeded
 from mercato.quotas.schemas import Policy, QuotaStatus
 from mercato.settings import Settings
 
+C = TypeVar("C")
 _SYNC_BACKOFF_BASE = 0.05
 _SYNC_BACKOFF_CAP = 0.5
 _RETRY_BACKOFF_BASE = 0.5
@@ -92,7 +96,7 @@ class InvokeRequest:
 @dataclass(frozen=True, slots=True)
 class InvokeResult:
     view: InvocationView
-    quota: QuotaStatus | None
+    quota: QuotaStatus
     replay: bool
 
 
@@ -252,112 +256,189 @@ def _replayed(found: invocations.Replayed, fingerprint: str, now: dt.datetime) -
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """What a fresh call needs, read before anything is written (see `prepare`)."""
+    """What a fresh call needs, read (or taken from memory) before anything is written."""
 
     request: InvokeRequest
     fingerprint: str
     version: catalog.InvocableVersion
     target: DispatchTarget
     policy: Policy
-    served: Served | None = None
-    """What of it (or of the caller's key) came from memory (decision 0400): the accept
-    program proves it, and any other answer is given the uncached way."""
+
+
+@dataclass(slots=True)
+class Call:
+    """An invoke as an edge received it, before anything is read: the caller's bearer
+    credential, the values of its Idempotency-Key headers, the call itself, and `notes`, where
+    the flow notes the caller (`"principal"`, once its credential is proven) and the call
+    (`"invocation_id"`) for the request's log line."""
+
+    credential: str
+    idempotency_keys: list[str]
+    service_code: str
+    version: str
+    body: bytes
+    request_id: str | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
+    """Run DESIGN.md §3 for a call as the edge received it: authentication, the key checks,
+    then `invoke`'s steps. A refusal made after authentication carries the caller's
+    RateLimit headers."""
+    try:
+        result = await _fallback(runtime, _call, call)
+    except MercatoError as refusal:
+        caller: Principal | None = call.notes.get("principal")
+        if caller is not None and "RateLimit" not in refusal.headers:
+            refusal.headers.update(await _quota_headers(runtime, caller.account_id))
+        raise
+    call.notes["invocation_id"] = result.view.invocation_id
+    return result
 
 
 async def invoke(runtime: Runtime, request: InvokeRequest) -> InvokeResult:
     """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
-    async with runtime.adb.read() as conn:
-        prepared = await prepare(runtime, conn, request)
+    return await _fallback(runtime, _invoke, request)
+
+
+async def _fallback(
+    runtime: Runtime,
+    attempt: Callable[[Runtime, C, hints.Recall], Awaitable[InvokeResult]],
+    call: C,
+) -> InvokeResult:
+    """`attempt` of `call` with what the process remembers (`mercato.db.hints`, decision 0570);
+    when it diverges, forget what it took and attempt again uncached (the answer of a process
+    without memory)."""
+    recall = hints.Recall(runtime.hints)
+    try:
+        return await attempt(runtime, call, recall)
+    except (hints.Diverged, MercatoError, IntegrityError) as stopped:
+        if not recall.diverged(stopped):
+            raise
+    recall.forget()
+    return await attempt(runtime, call, hints.Recall(runtime.hints, recalling=False))
+
+
+async def _call(runtime: Runtime, call: Call, recall: hints.Recall) -> InvokeResult:
+    """One attempt of `invoke_call`: the caller, the key checks and the call's reads share one
+    read; an API key's last use, when due, is recorded once that read has ended (a unit of
+    work opened inside it would wait for a second connection while holding the first)."""
+    call.notes.pop("principal", None)
+    due: str | None = None
+    try:
+        async with runtime.adb.read() as conn:
+            principal, due = await _caller(runtime, conn, call.credential, recall)
+            call.notes["principal"] = principal
+            request = InvokeRequest(
+                account_id=principal.account_id,
+                channel=principal.channel,
+                service_code=call.service_code,
+                version=call.version,
+                idempotency_key=invocations.check_idempotency_key(call.idempotency_keys),
+                body=call.body,
+                request_id=call.request_id,
+                key_id=principal.key_id,
+            )
+            prepared = await prepare(runtime, conn, request, recall)
+    finally:
+        if due is not None:  # a refused call was still made with the key
+            async with runtime.adb.transaction() as write:
+                await accounts.touch_api_key.aio(write, key_id=due, now=runtime.clock.now())
     if isinstance(prepared, InvokeResult):
         return prepared
-    return await run(runtime, prepared)
+    return await run(runtime, prepared, recall)
+
+
+async def _caller(
+    runtime: Runtime, conn: AsyncConnection, credential: str, recall: hints.Recall
+) -> tuple[Principal, str | None]:
+    """The caller of `credential` (from `bearer_token_of`), and the id of its API key when
+    its last use is due to be recorded. An API key comes from memory when the process has it
+    (the call's accept program proves it), else is read and filed."""
+    now = runtime.clock.now()
+    if credential.startswith(accounts.API_KEY_PREFIX):
+        digest = accounts.api_key_digest(credential)
+        key = recall.key(digest)
+        if key is None:
+            if recall.wants_generation():
+                recall.saw(await hints.generation_plan.aio(conn))
+            key = hints.KeyHint(*await accounts.lookup_api_key_digest.aio(conn, digest=digest))
+            recall.file_key(digest, key)
+        principal: Principal = key.principal
+        if principal.key_id and accounts.touch_due(key.last_used_at, now):
+            key.last_used_at = now  # this process's other calls need not record it again
+            return principal, principal.key_id
+        return principal, None
+    if credential.startswith(accounts.ACCESS_TOKEN_PREFIX):
+        principal = await accounts.resolve_access_token.aio(
+            conn, token=credential, settings=runtime.settings, now=now
+        )
+        return principal, None
+    raise Unauthenticated("The credential is not valid.")
+
+
+async def _quota_headers(runtime: Runtime, account_id: str) -> dict[str, str]:
+    """The RateLimit headers of the account's window as it stands (a refusal's)."""
+    async with runtime.adb.read() as conn:
+        current = await quotas.current_status.aio(
+            conn, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
+        )
+    return current.headers()
+
+
+async def _invoke(runtime: Runtime, request: InvokeRequest, recall: hints.Recall) -> InvokeResult:
+    """One attempt of `invoke`."""
+    async with runtime.adb.read() as conn:
+        prepared = await prepare(runtime, conn, request, recall)
+    if isinstance(prepared, InvokeResult):
+        return prepared
+    return await run(runtime, prepared, recall)
 
 
 async def prepare(
-    runtime: Runtime, conn: AsyncConnection, request: InvokeRequest
+    runtime: Runtime, conn: AsyncConnection, request: InvokeRequest, recall: hints.Recall
 ) -> InvokeResult | Prepared:
     """The reads of an invoke, on the caller's read connection: the answer of a replay, or
     what a fresh call needs (`run` it after the read is closed: no call holds a read open).
 
-    With the version's facts in the process's memory (`mercato.db.hints`, decision 0400) it
-    reads nothing, not even the Idempotency-Key: the accept program stops on a key already
-    used, and on facts that changed, and `run` then answers the uncached way. An answer
-    given here to a caller whose key came from memory (a replay, a refusal) proves the key
-    first, so that a revoked key is refused as it was before anything else."""
-    hints = runtime.hints
-    if hints is not None and (request.account_id, request.idempotency_key) not in hints.used:
-        hit = hints.facts.get((request.service_code, request.version, request.account_id))
-        if hit is not None and note_served(conn, Served(hit[1])):
-            version, target, policy = hit[0]
-            fingerprint = invocations.fingerprint_of(
-                service_code=request.service_code, version=request.version, body=request.body
-            )
-            return Prepared(request, fingerprint, version, target, policy, served_on(conn))
-    served = served_on(conn)
-    proving = None if served is None else served.key_digest
+    With the version's facts in the process's memory it reads nothing, not even the
+    Idempotency-Key: the accept program stops on a key already used, and on facts that
+    changed (`Diverged`). A key the process knows to be used is looked up first."""
+    facts_key = (request.service_code, request.version, request.account_id)
+    hit = recall.facts(facts_key, (request.account_id, request.idempotency_key))
+    if hit is not None:
+        version, target, policy = hit
+        fingerprint = invocations.fingerprint_of(
+            service_code=request.service_code, version=request.version, body=request.body
+        )
+        return Prepared(request, fingerprint, version, target, policy)
     try:
-        prepared = await prepare_plan.aio(conn, runtime, request, proving=proving)
+        prepared = await prepare_plan.aio(conn, runtime, request, recall=recall)
     except (IdempotencyKeyReused, IdempotencyKeyInUse):
-        # A replay's refusal: its read proved the key (`prepare_plan`), and its key is used.
-        if hints is not None:
-            hints.used.add((request.account_id, request.idempotency_key))
+        recall.used((request.account_id, request.idempotency_key))
         raise
-    except MercatoError:
-        await _prove_key(conn, served)
-        raise
-    if isinstance(prepared, InvokeResult):  # a replay: its read proved the key
-        if hints is not None:  # and its key is used: the next one reads first
-            hints.used.add((request.account_id, request.idempotency_key))
-        return prepared
-    return prepared if served is None else replace(prepared, served=served)
-
-
-async def _prove_key(conn: AsyncConnection, served: Served | None) -> None:
-    """Read the API key that was served from memory (`KeyDisproved` when it is refused now)."""
-    if served is None or served.key_digest is None:
-        return
-    try:
-        await accounts.lookup_api_key_digest.aio(conn, digest=served.key_digest)
-    except Unauthenticated as refused:
-        raise KeyDisproved(refused) from None
-
-
-async def _uncached(runtime: Runtime, prepared: Prepared) -> InvokeResult:
-    """A call that was served from memory, done again the way it is without memory: its key
-    read (refused: `KeyDisproved`), its Idempotency-Key looked up (a replay answers), its
-    facts read, then `run`. Memory is dropped when the generation moved (`hints` rule 3)."""
-    served = prepared.served
-    async with runtime.adb.read() as conn:
-        hints = runtime.hints
-        if (
-            hints is not None
-            and served is not None
-            and (await generation_plan.aio(conn) != served.generation)
-        ):
-            hints.forget()
-        await _prove_key(conn, served)
-        again = await prepare_plan.aio(conn, runtime, prepared.request, cached=False)
-    if isinstance(again, InvokeResult):
-        return again
-    return await run(runtime, again)
+    if isinstance(prepared, InvokeResult):  # a replay: the next one with its key reads first
+        recall.used((request.account_id, request.idempotency_key))
+    return prepared
 
 
 @query
 def prepare_plan(
-    runtime: Runtime, request: InvokeRequest, *, cached: bool = True, proving: str | None = None
+    runtime: Runtime, request: InvokeRequest, *, recall: hints.Recall
 ) -> Plan[InvokeResult | Prepared]:
     """`prepare`'s reads, written once: a replay's answer, or the facts (filed in the
-    process's memory when `cached`, under the generation read first: `hints` rule 2).
+    process's memory under the generation read first: `hints` rule 2).
 
     A replay is one statement (decision 0420): its call, the account's quota window as it
     stands (a replay takes nothing; its RateLimit headers show the window), and the proof of
-    the API key whose digest is `proving` (a key served from memory: refused, `KeyDisproved`,
-    before anything else is answered). A replay's refusal carries those RateLimit headers."""
+    the API key the attempt took from memory (not proven: `Diverged`, and the uncached attempt
+    answers). A replay's refusal carries those RateLimit headers."""
     settings = runtime.settings
     fingerprint = invocations.fingerprint_of(
         service_code=request.service_code, version=request.version, body=request.body
     )
     now = runtime.clock.now()
+    proving = recall.proving()
     found = yield from invocations.find_replay.plan(
         account_id=request.account_id,
         idempotency_key=request.idempotency_key,
@@ -366,40 +447,31 @@ def prepare_plan(
         now=now,
     )
     if found is not None:
-        if proving is not None and not found.key_proven:
-            raise KeyDisproved(accounts.key_refused())
+        if proving is not None:
+            if not found.key_proven:
+                raise hints.Diverged
+            recall.proven()
         return _replayed(found, fingerprint, now)
-    hints = runtime.hints if cached else None
-    generation = None if hints is None else (yield from generation_plan.plan())
+    if recall.wants_generation():
+        recall.saw((yield from hints.generation_plan.plan()))
     version, target, policy = yield from facts.plan(request=request, settings=settings)
-    if hints is not None and generation is not None:
-        key = (request.service_code, request.version, request.account_id)
-        hints.facts.put(key, (version, target, policy), generation)
+    recall.file_facts(
+        (request.service_code, request.version, request.account_id), (version, target, policy)
+    )
     return Prepared(request, fingerprint, version, target, policy)
 
 
-async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
-    """A fresh call `prepare` read: check, accept, send, conclude.
-
-    A call served from memory (`prepared.served`) that is refused before it is accepted, or
-    whose accept program stopped (its Idempotency-Key was already used, or what it was served
-    changed), is done again without memory (`_uncached`), which answers exactly as a call
-    that read everything would have."""
-    hints = runtime.hints
+async def run(runtime: Runtime, prepared: Prepared, recall: hints.Recall) -> InvokeResult:
+    """A fresh call `prepare` read: check, accept, send, conclude. Its accept program proves
+    what the attempt took from memory (`recall`), or stops (`Diverged`)."""
     used = (prepared.request.account_id, prepared.request.idempotency_key)
     try:
-        try:
-            accepted = await _accept(runtime, prepared)
-        except (_Stopped, MercatoError, IntegrityError):
-            if prepared.served is None:
-                raise
-            accepted = await _uncached(runtime, prepared)
+        accepted = await _accept(runtime, prepared, recall.generation)
     except (IdempotencyKeyReused, IdempotencyKeyInUse):
-        if hints is not None:  # a replay refused: its key is used, looked up first next time
-            hints.used.add(used)
+        recall.used(used)  # a replay refused: its key is used, looked up first next time
         raise
-    if hints is not None:  # its key is used now: a replay of it looks it up first
-        hints.used.add(used)
+    recall.proven()
+    recall.used(used)  # its key is used now: a replay of it looks it up first
     if isinstance(accepted, InvokeResult):
         return accepted
     invocation_id, owner, quota = accepted
@@ -427,12 +499,8 @@ async def run(runtime: Runtime, prepared: Prepared) -> InvokeResult:
     return InvokeResult(view=view, quota=quota, replay=False)
 
 
-class _Stopped(Exception):
-    """The accept program of a call served from memory stopped (see `run`)."""
-
-
 async def _accept(
-    runtime: Runtime, prepared: Prepared
+    runtime: Runtime, prepared: Prepared, generation: int | None
 ) -> tuple[str, str, QuotaStatus] | InvokeResult:
     """Check and accept the call: (its id, its lease owner, the quota it took), holding a
     bulkhead slot of its connection, or the answer of the twin that took its key first."""
@@ -446,7 +514,7 @@ async def _accept(
     if not slots.take(target.connection_id, target.max_in_flight):
         await _refuse_busy(runtime, prepared)
     try:
-        accepted = await _accept_holding(runtime, prepared)
+        accepted = await _accept_holding(runtime, prepared, generation)
     except BaseException:
         slots.give_back(target.connection_id)
         raise
@@ -478,13 +546,13 @@ async def _refuse_busy(runtime: Runtime, prepared: Prepared) -> NoReturn:
 
 
 async def _accept_holding(
-    runtime: Runtime, prepared: Prepared
+    runtime: Runtime, prepared: Prepared, generation: int | None
 ) -> tuple[str, str, QuotaStatus] | InvokeResult:
-    """`_accept` once its checks passed and its slot is taken."""
+    """`_accept` once its checks passed and its slot is taken. `generation`: what the call
+    took from memory was filed under it (the program's guard proves it; None: nothing)."""
     adb = runtime.adb
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
-    served = prepared.served
 
     invocation_id = runtime.ids.new("inv")
     owner = runtime.ids.new("lease")
@@ -505,7 +573,7 @@ async def _accept_holding(
             lease_owner=owner,
             lease_seconds=lease_seconds(runtime),
             now=now,
-            hint_generation=None if served is None else served.generation,
+            hint_generation=generation,
             api_key_id=request.key_id,
         )
 
@@ -514,12 +582,12 @@ async def _accept_holding(
     try:
         quota = await adb.write(accept)
     except (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded) as error:
-        if served is not None:
-            raise  # `run` answers it the uncached way
+        if generation is not None:
+            raise  # a refusal of what memory served diverges (`hints.Recall.diverged`)
         quota, refused = None, error
     if quota is None:
-        if served is not None:
-            raise _Stopped  # the key was used already, or what was served changed
+        if generation is not None:
+            raise hints.Diverged  # the key was used already, or what was served changed
         # A concurrent request with the same key was accepted first (the program stopped at
         # its intent): answer as its replay. A refusal is only final when there is no twin.
         now = runtime.clock.now()

@@ -29,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mercato.accounts.errors import KeyDisproved
 from mercato.core.errors import MercatoError
 from mercato.core.ids import SYSTEM_IDS, Ids
 from mercato.core.logs import request_id_var
@@ -90,8 +89,6 @@ class Front:
                     response = await self.direct.endpoint(request=request, **params)
                 except MercatoError as error:
                     response = problems.from_error(error)
-                except KeyDisproved as disproved:  # a key served from memory (decision 0400)
-                    response = problems.from_error(disproved.error)
                 except HTTPException as error:  # the body cap, raised from `receive`
                     response = problems.from_http_exception(error)
                 await response(scope, receive, send_with_id)

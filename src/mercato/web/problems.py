@@ -14,7 +14,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from mercato.accounts.errors import KeyDisproved
 from mercato.core.errors import (
     AmbiguousCredentials,
     BadRequest,
@@ -224,13 +223,6 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return from_http_exception(exc)
 
 
-async def _key_disproved(_request: Request, exc: Exception) -> Response:
-    # A key served from memory, refused when proven (decision 0400): today's 401, whichever
-    # way the route was reached.
-    assert isinstance(exc, KeyDisproved)
-    return from_error(exc.error)
-
-
 async def _unexpected_error(_request: Request, exc: Exception) -> Response:
     log.exception("unexpected error", exc_info=exc)
     return problem_response(500, "INTERNAL_ERROR", "Internal error", "Something went wrong.")
@@ -239,7 +231,6 @@ async def _unexpected_error(_request: Request, exc: Exception) -> Response:
 def install(app: FastAPI) -> None:
     """Register the problem handlers on `app`."""
     app.add_exception_handler(MercatoError, _mercato_error)
-    app.add_exception_handler(KeyDisproved, _key_disproved)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -34,7 +34,6 @@ from mercato.invocations.errors import (
 from mercato.invocations.schemas import CONTRACT_VIOLATION, InvocationView
 from mercato.ledger.errors import InsufficientPoints
 from mercato.providers.errors import ProviderBusy, ProviderNotApproved
-from mercato.quotas import service as quotas
 from mercato.quotas.errors import RateLimitExceeded
 from mercato.web import observe
 from mercato.web.api.schemas import (
@@ -45,14 +44,7 @@ from mercato.web.api.schemas import (
     Receipt,
     ReceiptPage,
 )
-from mercato.web.deps import (
-    bearer_token_of,
-    current_principal,
-    principal_on,
-    prove_served_key,
-    record_key_use,
-    runtime_of,
-)
+from mercato.web.deps import bearer_token_of, current_principal, runtime_of
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
@@ -109,25 +101,6 @@ def failure_of(view: InvocationView) -> MercatoError:
     return error
 
 
-async def _quota_headers(request: Request, account_id: str) -> dict[str, str]:
-    runtime = runtime_of(request)
-    async with runtime.adb.read() as conn:
-        current = await quotas.current_status.aio(
-            conn, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
-        )
-    return current.headers()
-
-
-async def _answer(request: Request, principal: Principal, result: flows.InvokeResult) -> Response:
-    # The request's log line names the call; the worker's lines about it carry the same id.
-    request.scope.setdefault("state", {})["invocation_id"] = result.view.invocation_id
-    if result.quota is not None:
-        headers = result.quota.headers()
-    else:
-        headers = await _quota_headers(request, principal.account_id)
-    return outcome_response(result.view, headers, request)
-
-
 _INVOKE_ERRORS = (
     Unauthenticated,
     IdempotencyKeyMissing,
@@ -171,7 +144,7 @@ _INVOKE_DOC["openapi_extra"] = {
     "requestBody": {
         "required": True,
         "description": "Send with an `Idempotency-Key` header; reuse it on every retry.",
-        # Inline: the route reads the raw body itself (flows.prepare checks it against the
+        # Inline: the route reads the raw body itself (the flow checks it against the
         # version's requestSchema), so FastAPI has no body field to collect a component from.
         "content": {"application/json": {"schema": InvokeBody.model_json_schema()}},
     },
@@ -187,13 +160,9 @@ _INVOKE_DOC["openapi_extra"] = {
     **_INVOKE_DOC,
 )
 async def invoke(service_code: str, version: str, request: Request) -> Response:
-    # On the event loop end to end (issue 20): authentication, the key checks and the call's
-    # own reads share one async read, then accept, the provider call and the conclusion are
-    # awaited in `flows.run`; nothing hops to the thread pool.
-    body = await request.body()
-    runtime = runtime_of(request)
-    # The two headers the route reads, from the request's raw headers in one pass (what
-    # `request.headers.get` and `.getlist` give: ASGI names are lower-case, values Latin-1).
+    # On the event loop end to end (issue 20): `flows.invoke_call` authenticates, checks the
+    # key and answers; nothing hops to the thread pool. The two headers it needs, read in one
+    # pass over the raw headers (ASGI names are lower-case, values Latin-1).
     authorization: str | None = None
     keys: list[str] = []
     for name, value in request.scope["headers"]:
@@ -202,42 +171,12 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
                 authorization = value.decode("latin-1")
         elif name == b"idempotency-key":
             keys.append(value.decode("latin-1"))
-    # A malformed credential is refused before any database work.
-    token = bearer_token_of(authorization)
-    principal: Principal | None = None
-    try:
-        async with runtime.adb.read() as conn:
-            principal = await principal_on(request, conn, token, runtime)
-            try:
-                key = invocations.check_idempotency_key(keys)
-            except MercatoError:  # a key from memory is proven before it is answered
-                await prove_served_key(conn)
-                raise
-            prepared = await flows.prepare(
-                runtime,
-                conn,
-                flows.InvokeRequest(
-                    account_id=principal.account_id,
-                    channel=principal.channel,
-                    key_id=principal.key_id,
-                    service_code=service_code,
-                    version=version,
-                    idempotency_key=key,
-                    body=body,
-                    request_id=request_id_var.get(),
-                ),
-            )
-        await record_key_use(request)  # after the read: never a second connection inside it
-        if isinstance(prepared, flows.InvokeResult):
-            result = prepared
-        else:
-            result = await flows.run(runtime, prepared)
-        return await _answer(request, principal, result)
-    except MercatoError as error:
-        await record_key_use(request)  # a refused call was still made with the key
-        if principal is not None and "RateLimit" not in error.headers:
-            error.headers.update(await _quota_headers(request, principal.account_id))
-        raise
+    body = await request.body()
+    token = bearer_token_of(authorization)  # a malformed one is refused before any read
+    notes = request.scope.setdefault("state", {})  # the log line names the caller and call
+    call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes)
+    result = await flows.invoke_call(runtime_of(request), call)
+    return outcome_response(result.view, result.quota.headers(), request)
 
 
 @router.get(

@@ -13,7 +13,6 @@ import anyio.to_thread
 import orjson
 from mcp import types
 
-from mercato.accounts.errors import KeyDisproved
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import VersionNotFound
 from mercato.core.errors import MercatoError
@@ -184,8 +183,6 @@ async def invoke_tool(
         # rather than leaving an accepted call to the worker's reconciliation.
         with anyio.CancelScope(shield=True):
             result = await flows.invoke(runtime, invoke)
-    except KeyDisproved as disproved:
-        return refused(disproved.error, key=key)
     except MercatoError as error:
         return refused(error, key=key)
     call.state["invocation_id"] = result.view.invocation_id  # the request's log line names it
