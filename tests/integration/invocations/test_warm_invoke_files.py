@@ -19,7 +19,7 @@ from builders.invocation_world import World
 
 SRC = str(Path(mercato.db.__file__).resolve().parent.parent.parent) + "/"
 
-FILES = 36
+FILES = 38
 """How many (the store's own executor among them)."""
 
 PURPOSES = {
@@ -45,10 +45,12 @@ PURPOSES = {
     "mercato/db/aio_sqlite.py": "the SQLite executor",
     "mercato/db/aio_statements.py": "statements compiled for the async drivers",
     "mercato/db/plans.py": "the plan runner",
+    "mercato/db/runner.py": "the money program runner (the guarded steps)",
     "mercato/db/base.py": "the column types",
     "mercato/dispatch/port.py": "the provider port (per-loop client)",
     "mercato/dispatch/observed.py": "the provider call's metrics and log fields",
-    "mercato/dispatch/async_client.py": "the async provider client",
+    "mercato/dispatch/calls.py": "the provider client (calls, headers, guard check, capped read)",
+    "mercato/dispatch/async_client.py": "the async provider client's transport",
     "mercato/dispatch/outcomes.py": "the provider answer's classification",
     "mercato/protocol/envelope.py": "the provider envelope",
     "mercato/core/ids.py": "ids",
