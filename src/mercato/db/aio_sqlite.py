@@ -172,13 +172,15 @@ def _run_program(
     as compiled once (`ProgramStatement`), each value processed once per run."""
     done: dict[Any, Any] = {}
     observed = db.observed
+    listeners = observed.listeners  # the same list while listeners come and go
+    execute = raw.execute
 
     def send(kind: int, statement: ProgramStatement) -> Any:
         sql = statement.sql
-        if observed.listeners:
+        if listeners:
             observed.tell("sql", sql)
         try:
-            cursor = raw.execute(sql, statement.values(values, done))
+            cursor = execute(sql, statement.values(values, done))
         except sqlite3.Error as error:
             raise sqlalchemy_error(error, sql) from error
         if kind == COUNT:

@@ -126,16 +126,28 @@ Make: TypeAlias = Callable[[Any, Literals], S]
 class RunStep(Generic[S]):
     """One step of a SQLite program in an executor's form."""
 
-    __slots__ = ("code", "counted", "detail", "empty", "known", "names", "read", "required_if")
+    __slots__ = (
+        "code",
+        "counted",
+        "detail",
+        "empty",
+        "known",
+        "names",
+        "read",
+        "required_if",
+        "send",
+    )
 
     def __init__(self, item: guarded.CompiledStep, make: Make[S], literals: Literals) -> None:
-        def made(clause: Any) -> S | None:
-            return None if clause is None else make(clause, literals)
+        def made(clause: Any) -> Send | None:
+            return None if clause is None else (FIRST, make(clause, literals))
 
+        self.counted = item.counted
+        self.send: Send = (COUNT if item.counted else FIRST, make(item.statement, literals))
+        """What the run yields for its statement (made once: a run yields it as it is)."""
         self.required_if = made(item.required_if)
         self.detail = made(item.detail)
         self.read = made(item.read)
-        self.counted = item.counted
         self.known = _picker([literals.key(name, None, True, None) for name in item.known])
         """A counted step's row without `read`: the values it inserted, from a run's values."""
         self.empty = item.step.empty
@@ -166,17 +178,14 @@ class Runnable(Generic[S]):
         """PostgreSQL: the program's one statement."""
         self.exclusive: S | None = None
         """PostgreSQL: the same statement taking the money lock exclusively (a group's)."""
-        self.steps: tuple[tuple[S, RunStep[S]], ...] = ()
-        """SQLite: each step's statement, and the rest of it."""
+        self.steps: tuple[RunStep[S], ...] = ()
+        """SQLite: each step, its statements in the executor's form."""
         if built.statement is not None:
             self.statement = make(built.statement, literals)
             # Sent with the values bound for `statement` (its own literals are not a run's).
             self.exclusive = make(built.exclusive, Literals())
         else:
-            self.steps = tuple(
-                (make(item.statement, literals), RunStep(item, make, literals))
-                for item in built.steps
-            )
+            self.steps = tuple(RunStep(item, make, literals) for item in built.steps)
         self.fresh = tuple((name[2:], prefix) for name, prefix in built.fresh)
         self.outputs = built.outputs
         self.pick_outputs = _picker(["s_" + name.replace(".", "_", 1) for name in built.outputs])
@@ -208,14 +217,14 @@ class Runnable(Generic[S]):
                     raise
                 raise refused from None
             return self.answer(answered)
-        for statement, step in self.steps:
+        for step in self.steps:
             row: Any
             if not step.counted:
-                row = yield FIRST, statement
-            elif (yield COUNT, statement) <= 0:
+                row = yield step.send
+            elif (yield step.send) <= 0:
                 row = None
             elif step.read is not None:
-                row = yield FIRST, step.read
+                row = yield step.read
                 if row is None:  # the row it wrote, by a unique key: never missing
                     raise AssertionError(f"step {step.names}: the row written is missing")
             else:
@@ -228,12 +237,12 @@ class Runnable(Generic[S]):
             if step.empty is guarded.Empty.REFUSE:
                 required = True
                 if step.required_if is not None:
-                    found = yield FIRST, step.required_if
+                    found = yield step.required_if
                     required = bool(found[0]) if found is not None else False
                 if required:
                     detail: Sequence[Any] = ()
                     if step.detail is not None:
-                        detail = (yield FIRST, step.detail) or ()
+                        detail = (yield step.detail) or ()
                     raise guarded.Refused(
                         step.code, tuple(None if v is None else str(v) for v in detail)
                     )

@@ -5,12 +5,14 @@ of the calls counted since `spend_period_start`, the start of the key's current 
 rule lives in the money programs (`mercato.invocations.money`), so it holds on both stores and
 under any concurrency:
 
-- accept (`limit_steps`, after the reservation, before the quota slot): the key's row, read
-  with a lock (PostgreSQL: FOR KEY SHARE, so that a limit change waits for the calls in flight
-  and the calls after it read the new limit), then one conditional UPDATE that adds the price
-  to the current period's use (a new period starts from 0) only when the result stays within
-  the limit; no row is the refusal `KEY_LIMIT` (402 KEY_SPEND_LIMIT_REACHED), which aborts the
-  whole acceptance. A key without a limit, and a session's call, write nothing.
+- accept (`limit_steps`, after the reservation, before the quota slot): on PostgreSQL the
+  key's row, read with FOR KEY SHARE (so that a limit change waits for the calls in flight and
+  the calls after it read the new limit); then one conditional UPDATE that adds the price to
+  the current period's use (a new period starts from 0) only when the result stays within the
+  limit (on SQLite, whose one writer needs no lock, it reads the limit from the row it updates);
+  no row, when the key has a limit, is the refusal `KEY_LIMIT` (402 KEY_SPEND_LIMIT_REACHED),
+  which aborts the whole acceptance. A key without a limit, and a session's call, write
+  nothing.
 - release (`giveback_step`): the price back to the key's use when the key's current period
   began no later than the call was accepted (a call of an earlier period gives nothing to the
   current one). Settle and refund leave the use as it is.
@@ -115,24 +117,35 @@ def _used_since(start: Any) -> Any:
 
 def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
     """Count `price` against the limit of the key `key_id` (NULL: a session's call), or refuse
-    `KEY_LIMIT` (see the module docstring)."""
+    `KEY_LIMIT` (see the module docstring). On SQLite (one writer, nothing to lock) there is no
+    read step: the count reads the key's limit from its own row, so a call with a limited key
+    sends one statement, and one without a limit (or a session's call) two, the count that
+    changes no row and the `required_if` that finds no limit."""
     name = f"{prefix}_key"
 
     def read(refs: Refs) -> Any:
-        chosen = select(
-            _k.id,
-            _k.spend_limit_points.label("points"),
-            _k.spend_limit_period.label("period"),
-        ).where(_k.id == key_id(refs), refs.gate)
+        # KEY SHARE: concurrent calls of the key do not wait for each other here; a limit
+        # change (FOR UPDATE) waits for them, and they for it, then read its new row.
+        return (
+            select(
+                _k.id,
+                _k.spend_limit_points.label("points"),
+                _k.spend_limit_period.label("period"),
+            )
+            .where(_k.id == key_id(refs), refs.gate)
+            .with_for_update(key_share=True, of=_keys)
+        )
+
+    def limit(refs: Refs) -> tuple[Any, Any]:
+        """The key's limit in the count: as the read step returned it (PostgreSQL), or the
+        row's own columns (SQLite)."""
         if refs.dialect == "postgresql":
-            # KEY SHARE: concurrent calls of the key do not wait for each other here; a limit
-            # change (FOR UPDATE) waits for them, and they for it, then read its new row.
-            chosen = chosen.with_for_update(key_share=True, of=_keys)
-        return chosen
+            return refs.col(name, "points"), refs.col(name, "period")
+        return _k.spend_limit_points, _k.spend_limit_period
 
     def count(refs: Refs) -> Any:
-        start = _current_start(refs, refs.col(name, "period"))
-        points = refs.col(name, "points")
+        points, period = limit(refs)
+        start = _current_start(refs, period)
         used = _used_since(start)
         return (
             update(_keys)
@@ -151,20 +164,35 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
             .returning(_k.id)
         )
 
+    def of_key(refs: Refs, column: Any) -> Any:
+        return select(column).where(_k.id == key_id(refs)).scalar_subquery()
+
     def detail(refs: Refs) -> list[Any]:
-        start = _current_start(refs, refs.col(name, "period"))
-        used = select(_used_since(start)).where(_k.id == key_id(refs)).scalar_subquery()
-        return [refs.col(name, "points"), used, refs.col(name, "period")]
+        if refs.dialect == "postgresql":
+            points, period = limit(refs)
+            start = _current_start(refs, period)
+        else:
+            points = of_key(refs, _k.spend_limit_points)
+            period = of_key(refs, _k.spend_limit_period)
+            start = _current_start(refs, _k.spend_limit_period)
+        return [points, of_key(refs, _used_since(start)), period]
+
+    def required(refs: Refs) -> Any:
+        if refs.dialect == "postgresql":
+            return refs.col(name, "points").is_not(None)
+        return (
+            select(_k.id).where(_k.id == key_id(refs), _k.spend_limit_points.is_not(None)).exists()
+        )
 
     return [
-        Step(name, read, Empty.SKIP),
+        Step(name, read, Empty.SKIP, only="postgresql"),
         Step(
             f"{prefix}_count",
             count,
             Empty.REFUSE,
             code=KEY_LIMIT,
             detail=detail,
-            required_if=lambda refs: refs.col(name, "points").is_not(None),
+            required_if=required,
         ),
     ]
 
