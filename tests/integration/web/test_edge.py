@@ -128,6 +128,7 @@ def _plausible_body(security: SecurityWorld) -> dict[str, Any]:
         "description": "Described.",
         "publisherName": "A publisher",
         "connectionId": security.connection_id,
+        "period": "DAY",
     }
 
 
