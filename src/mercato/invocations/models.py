@@ -40,12 +40,9 @@ class Invocation(Base):
         ),
         # A version's last calls, for its provider's page (migration 0020, decision 0556).
         Index("ix_invocations_version_id_created_at", "version_id", "created_at"),
-        # A key's calls of a period, for its spend limit's use (migration 0021, decision 0590).
-        Index("ix_invocations_api_key_id_created_at", "api_key_id", "created_at"),
-        # The worker's lanes: fresh work (stuck_at IS NULL) and stuck calls, each by due time.
-        Index(
-            "ix_invocations_state_stuck_at_next_attempt_at", "state", "stuck_at", "next_attempt_at"
-        ),
+        # No index names `state`, `next_attempt_at` or anything else a settle changes, so that
+        # the terminal update is a HOT update on PostgreSQL: the worker finds the calls that are
+        # not terminal through `invocation_dues` (migration 0023, decision 0602).
         # Comparisons, not `x IN (…)`: SQLite builds an ephemeral index for an IN list of three
         # or more constants on every row it checks (migration 0016, decision 0493).
         CheckConstraint(
@@ -111,6 +108,15 @@ class Invocation(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     settled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     refunded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class InvocationDue(Base):
+    """A call that is not terminal yet (DISPATCHING, RETRY_WAIT or RECONCILING): the worker's
+    queue. Kept by triggers on `invocations` (migration 0023), never written by the code."""
+
+    __tablename__ = "invocation_dues"
+
+    invocation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
 
 
 class InvocationAttempt(Base):

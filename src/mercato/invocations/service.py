@@ -39,7 +39,7 @@ from mercato.invocations.errors import (
     InvocationNotFound,
     InvocationNotPending,
 )
-from mercato.invocations.models import Invocation, InvocationAttempt
+from mercato.invocations.models import Invocation, InvocationAttempt, InvocationDue
 from mercato.invocations.schemas import (
     ACTIVE_STATES,
     PUBLIC_STATUSES,
@@ -64,6 +64,10 @@ _t = cast(Table, Invocation.__table__)
 _c = _t.c
 _attempts = cast(Table, InvocationAttempt.__table__)
 _a = _attempts.c
+_dues = cast(Table, InvocationDue.__table__)
+# The calls that are not terminal, read through the worker's queue (decision 0602): no index of
+# `invocations` names `state`, so that a settle is a HOT update.
+_PENDING = _dues.join(_t, _c.id == _dues.c.invocation_id)
 PROVIDER_KEY_PREFIX = "mercato:"
 MAX_PAGE = 100
 
@@ -534,10 +538,11 @@ def _claim_statement(states: tuple[State, ...], stuck: bool, skipping: bool) -> 
         conditions.append(_c.connection_id.not_in(bindparam("p_skip", expanding=True)))
     due = (
         select(_c.id)
+        .select_from(_PENDING)
         .where(*conditions, free)
         .order_by(_c.next_attempt_at)
         .limit(bindparam("p_limit"))
-        .with_for_update(skip_locked=True)  # SQLite's compiler leaves it out
+        .with_for_update(skip_locked=True, of=_t)  # SQLite's compiler leaves it out
         # Materialized: picked once. As a plain sub-SELECT, PostgreSQL may scan it again for
         # each row it updates, and a rescan skips the rows this very UPDATE just leased (no
         # longer free) and picks more than `limit`.
@@ -724,6 +729,7 @@ def list_stuck(session: Session, *, limit: int = STUCK_LIST_MAX) -> list[StuckCa
     """Pending calls marked stuck, oldest acceptance first."""
     rows = session.execute(
         select(_c.id, _c.service_code, _c.version, _c.created_at, _c.reconciliations, _c.stuck_at)
+        .select_from(_PENDING)
         .where(_c.state.in_(_ACTIVE), _c.stuck_at.is_not(None))
         .order_by(_c.created_at, _c.id)
         .limit(limit)

@@ -29,17 +29,18 @@ from mercato.web.deps import runtime_of
 
 router = APIRouter(include_in_schema=False)
 
+# The calls that are not terminal, through the worker's queue (decision 0602).
 _BACKLOG = text(
-    "SELECT state, COUNT(*) FROM invocations "
-    "WHERE state IN ('RECONCILING', 'RETRY_WAIT') GROUP BY state"
+    "SELECT i.state, COUNT(*) FROM invocation_dues d JOIN invocations i "
+    "ON i.id = d.invocation_id WHERE i.state IN ('RECONCILING', 'RETRY_WAIT') GROUP BY i.state"
 )
 _OLDEST = text(
-    "SELECT MIN(created_at) FROM invocations "
-    "WHERE state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING')"
+    "SELECT MIN(i.created_at) FROM invocation_dues d JOIN invocations i "
+    "ON i.id = d.invocation_id WHERE i.state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING')"
 )
 _STUCK = text(
-    "SELECT COUNT(*) FROM invocations "
-    "WHERE state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING') AND stuck_at IS NOT NULL"
+    "SELECT COUNT(*) FROM invocation_dues d JOIN invocations i ON i.id = d.invocation_id "
+    "WHERE i.state IN ('DISPATCHING', 'RETRY_WAIT', 'RECONCILING') AND i.stuck_at IS NOT NULL"
 )
 _RESERVED = text("SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE state = 'HELD'")
 

@@ -8,7 +8,7 @@ from alembic.migration import MigrationContext
 from mercato.db.base import Base
 from mercato.db.runtime import Runtime
 
-TABLES = {"invocations", "invocation_attempts"}
+TABLES = {"invocations", "invocation_attempts", "invocation_dues"}
 
 
 def _ours(diff: object) -> bool:
