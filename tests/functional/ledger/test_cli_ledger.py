@@ -87,7 +87,10 @@ def test_grant_points_then_verify_then_tamper(cli_env: dict[str, str]) -> None:
         assert tampered.returncode != 0
         report = json.loads(tampered.stdout)
         assert report["balanced"] is False
-        assert any("caches 105 but its entries and reservations sum to 100" in p for p in report["problems"])
+        assert any(
+            "caches 105 but its entries and reservations sum to 100" in p
+            for p in report["problems"]
+        )
     finally:
         db.dispose()
 
