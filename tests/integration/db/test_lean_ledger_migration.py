@@ -29,125 +29,25 @@ from mercato.ledger.service import fold
 BEFORE = "0021_key_spend_limits"
 T0 = dt.datetime(2026, 12, 1, 10, 0, 0)
 C1, C2, P = "acc_caller1", "acc_caller2", "acc_provider"
+ROOT = Path(__file__).parents[3]
 
 
-class _OldLedger:
-    """Posts movements as the ledger before 0022 wrote them: every reserve, settle and release
-    a transfer with its entries, every balance (callers' reserved too) cached in its row."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.n = 0
-
-    def _account(self, owner: str, kind: str) -> str:
-        found = self.conn.execute(
-            text("SELECT id FROM ledger_accounts WHERE owner = :o AND kind = :k"),
-            {"o": owner, "k": kind},
-        ).scalar()
-        if found is None:
-            found = f"lac_{owner}_{kind}"
-            self.conn.execute(
-                text("INSERT INTO ledger_accounts VALUES (:i, :o, :k, 0)"),
-                {"i": found, "o": owner, "k": kind},
-            )
-        return str(found)
-
-    def post(
-        self, kind: str, reference: str | None, memo: str, *legs: tuple[str, str, int]
-    ) -> None:
-        self.n += 1
-        transfer = f"trf_{self.n:04d}"
-        at = T0 + dt.timedelta(seconds=self.n)
-        self.conn.execute(
-            text("INSERT INTO ledger_transfers VALUES (:i, :k, :r, :m, :t)"),
-            {"i": transfer, "k": kind, "r": reference, "m": memo, "t": at},
-        )
-        for leg, (owner, account_kind, amount) in enumerate(legs):
-            if amount == 0:
-                continue
-            account = self._account(owner, account_kind)
-            self.conn.execute(
-                text("UPDATE ledger_accounts SET balance = balance + :a WHERE id = :i"),
-                {"a": amount, "i": account},
-            )
-            self.conn.execute(
-                text("INSERT INTO ledger_entries VALUES (:i, :t, :a, :n)"),
-                {"i": f"ent_{self.n:04d}_{leg}", "t": transfer, "a": account, "n": amount},
-            )
-
-    def at(self) -> dt.datetime:
-        return T0 + dt.timedelta(seconds=self.n)
-
-    def reserve(self, rid: str, caller: str, amount: int) -> None:
-        self.post(
-            "reserve",
-            rid,
-            f"inv_{rid}",
-            (caller, "available", -amount),
-            (caller, "reserved", amount),
-        )
-        self.conn.execute(
-            text(
-                "INSERT INTO reservations (id, account_id, reference, amount, state, created_at) "
-                "VALUES (:i, :c, :r, :a, 'HELD', :t)"
-            ),
-            {"i": rid, "c": caller, "r": f"inv_{rid}", "a": amount, "t": self.at()},
-        )
-
-    def settle(self, rid: str, caller: str, amount: int, bps: int) -> None:
-        provider = amount * bps // 10_000
-        self.post(
-            "settle",
-            rid,
-            f"inv_{rid}",
-            (caller, "reserved", -amount),
-            (P, "earnings", provider),
-            (PLATFORM, "revenue", amount - provider),
-        )
-        self.conn.execute(
-            text(
-                "UPDATE reservations SET state = 'SETTLED', provider_account_id = :p, "
-                "provider_amount = :pa, platform_amount = :qa, resolved_at = :t WHERE id = :i"
-            ),
-            {"p": P, "pa": provider, "qa": amount - provider, "t": self.at(), "i": rid},
-        )
-
-    def release(self, rid: str, caller: str, amount: int) -> None:
-        self.post(
-            "release",
-            rid,
-            f"inv_{rid}",
-            (caller, "reserved", -amount),
-            (caller, "available", amount),
-        )
-        self.conn.execute(
-            text("UPDATE reservations SET state = 'RELEASED', resolved_at = :t WHERE id = :i"),
-            {"t": self.at(), "i": rid},
-        )
-
-    def refund(self, rid: str, caller: str, amount: int, provider: int) -> None:
-        self.post(
-            "refund",
-            rid,
-            f"inv_{rid}",
-            (P, "earnings", -provider),
-            (PLATFORM, "revenue", provider - amount),
-            (caller, "available", amount),
-        )
-        self.conn.execute(
-            text("UPDATE reservations SET state = 'REFUNDED', refunded_at = :t WHERE id = :i"),
-            {"t": self.at(), "i": rid},
-        )
+@pytest.fixture(autouse=True)
+def _bench_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench.old_ledger` writes and reads the ledger as it was before 0022."""
+    monkeypatch.syspath_prepend(str(ROOT))  # bench/ is a tool beside the package, not in it
 
 
 def _populate(engine: Engine) -> None:
+    from bench.old_ledger import OldLedger
+
     with engine.begin() as conn:
         for n, account in enumerate((C1, C2, P)):
             conn.execute(
                 text("INSERT INTO accounts VALUES (:i, :e, NULL, false, :t)"),
                 {"i": account, "e": f"{account}@example.com", "t": T0 + dt.timedelta(hours=n)},
             )
-        old = _OldLedger(conn)
+        old = OldLedger(conn, provider=P, t0=T0)
         old.post("grant", None, "welcome", (PLATFORM, "issuance", -100), (C1, "available", 100))
         old.post("grant", None, "welcome", (PLATFORM, "issuance", -50), (C2, "available", 50))
         old.reserve("res_a", C1, 10)  # settled: 7 + 3
@@ -170,9 +70,10 @@ def _populate(engine: Engine) -> None:
 
 
 def _balances(engine: Engine) -> dict[tuple[str, str], int]:
+    from bench.old_ledger import cached_balances
+
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT owner, kind, balance FROM ledger_accounts")).all()
-    return {(owner, kind): int(balance) for owner, kind, balance in rows if balance}
+        return cached_balances(conn)
 
 
 def _old_lines(engine: Engine) -> Counter[tuple[Any, ...]]:
