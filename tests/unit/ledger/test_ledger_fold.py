@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from sqlalchemy import exc, text
@@ -196,3 +198,62 @@ def test_settles_racing_folds_lose_no_credit(db: Database) -> None:
     assert _cached(db, provider, AccountKind.EARNINGS) == 280
     assert _cached(db, PLATFORM, AccountKind.REVENUE) == 120
     assert verified(db).balanced
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+_ROWS = 60_000
+_SEQ_SQL = f"(g * 7919) % {_ROWS} + 1"
+"""Credit numbers in another order than the rows (as a store converted by migration 0022 has
+them): a permutation of 1.._ROWS, 7919 being a prime that does not divide it."""
+
+
+@pytest.mark.postgres_only
+def test_an_exact_read_on_a_large_store_reads_the_credits_off_their_index(db: Database) -> None:
+    """The credits not folded yet are a range of the credit numbers' index: PostgreSQL cannot
+    know the fold's cursor when it plans, and `credit_seq > cursor` alone made every balance
+    read scan the whole reservations table (170 ms at 1,000,000 calls)."""
+    with db.transaction() as session:
+        session.execute(text("SET LOCAL session_replication_role = replica"))  # no FK checks
+        session.execute(
+            text(
+                "INSERT INTO reservations (id, account_id, reference, amount, state, "
+                "provider_account_id, provider_amount, platform_amount, created_at, "
+                "resolved_at, credit_seq) SELECT 'res_' || g, 'acc_c' || (g % 500), "
+                "'inv_' || g, 10, 'SETTLED', 'acc_p' || (g % 40), 7, 3, now(), now(), "
+                f"{_SEQ_SQL} FROM generate_series(1, {_ROWS}) g"
+            )
+        )
+        session.execute(
+            text(
+                "INSERT INTO ledger_accounts (id, owner, kind, balance, folded_through) "
+                "VALUES ('lac_rev', :platform, 'revenue', 0, :through)"
+            ),
+            {"platform": PLATFORM, "through": _ROWS - 10},
+        )
+    with db.engine.connect() as conn:
+        conn.execute(text("ANALYZE reservations"))
+        conn.execute(text("ANALYZE ledger_accounts"))
+        compiled = service._BALANCES.compile(dialect=conn.dialect)  # the read under test
+        params = {**compiled.params, "owner": "acc_p1"}
+        explained = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", params).scalar()
+    scans = list(_nodes(explained[0]["Plan"]))
+    on_reservations = [n for n in scans if n.get("Relation Name") == "reservations"]
+    assert all("Seq Scan" not in n["Node Type"] for n in on_reservations), on_reservations
+    # The credits not folded: a narrow range of the index (ten here), not a third of it.
+    ranged = [
+        n
+        for n in scans
+        if n.get("Index Name") == "ux_reservations_credit_seq"
+        and "Index Cond" in n
+        and ">" in n["Index Cond"]
+    ]
+    assert ranged and all(n["Plan Rows"] <= _ROWS // 100 for n in ranged), ranged
+    with db.read() as session:
+        earned = service.balances(session, account_id="acc_p1").earnings
+    numbers = {g: (g * 7919) % _ROWS + 1 for g in range(1, _ROWS + 1)}
+    assert earned == 7 * sum(1 for g, n in numbers.items() if n > _ROWS - 10 and g % 40 == 1)
