@@ -85,13 +85,23 @@ def _statements(
         raw.close()
 
 
+_STAGED = {("invocation-accept", "intent"): 1}
+"""The one step that stages its row in an ephemeral table: SQLite runs an INSERT … SELECT into a
+table with triggers through one (`useTempTable` in its insert.c), and `invocations` has the
+worker queue's AFTER INSERT trigger (migration 0023, decision 0602). One row, a few VDBE ops;
+the alternated bench measured SQLite's invokes 1.14× the tree before issue 43 with it."""
+
+
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
 def test_no_money_step_opens_an_ephemeral_table(db: Database, program: guarded.Program) -> None:
     for raw, item, compiled in _statements(db, program):
         assert "RETURNING" not in compiled.string, (item.step.name, compiled.string)
         assert " IN (" not in compiled.string, (item.step.name, compiled.string)
         tables = [op for op in _opened(raw, compiled) if not op[5]]
-        assert not tables, (item.step.name, compiled.string)
+        assert len(tables) == _STAGED.get((program.name, item.step.name), 0), (
+            item.step.name,
+            compiled.string,
+        )
         # Every write of the money programs is counted (the guard SELECT is not a write).
         assert item.counted or item.statement.is_select, item.step.name
 
@@ -101,8 +111,8 @@ def test_no_money_step_opens_an_ephemeral_index(db: Database, program: guarded.P
     """Nor an ephemeral index: the tables' CHECKs spell their lists as comparisons (migration
     0016, decision 0493); `CHECK (x IN (…three or more…))` built one on every row checked."""
     for raw, item, compiled in _statements(db, program):
-        opened = _opened(raw, compiled)
-        assert not opened, (item.step.name, compiled.string, opened)
+        indexes = [op for op in _opened(raw, compiled) if op[5]]
+        assert not indexes, (item.step.name, compiled.string, indexes)
 
 
 @pytest.mark.parametrize("value", [None, "DISPATCHING", "RECONCILING", "SUCCEEDED"])
