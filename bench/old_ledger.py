@@ -293,16 +293,7 @@ def verify(conn: Connection) -> LedgerReport:
         if kind == AccountKind.RESERVED:
             reserved[owner] = int(balance)
     _add(report, wrong_sign)
-    report.issued = -totals[AccountKind.ISSUANCE]
-    report.available = totals[AccountKind.AVAILABLE]
-    report.reserved = totals[AccountKind.RESERVED]
-    report.earnings = totals[AccountKind.EARNINGS]
-    report.revenue = totals[AccountKind.REVENUE]
-    if report.circulating != report.issued:
-        report.problems.append(
-            f"points in circulation ({report.circulating}) differ from points issued "
-            f"({report.issued})"
-        )
+    report.take_totals(totals)
     held = {
         str(owner): int(total)
         for owner, total in conn.execute(

@@ -165,16 +165,7 @@ def _totals_and_signs(session: Session, report: LedgerReport) -> None:
     held = session.execute(
         select(func.coalesce(func.sum(_R.amount), 0)).where(_R.state == ReservationState.HELD.value)
     ).scalar()
-    report.issued = -totals[AccountKind.ISSUANCE]
-    report.available = totals[AccountKind.AVAILABLE]
-    report.reserved = int(held or 0) + totals[AccountKind.RESERVED]
-    report.earnings = totals[AccountKind.EARNINGS]
-    report.revenue = totals[AccountKind.REVENUE]
-    if report.circulating != report.issued:
-        report.problems.append(
-            f"points in circulation ({report.circulating}) differ from points issued "
-            f"({report.issued})"
-        )
+    report.take_totals(totals, held=int(held or 0))
 
 
 def _credits_numbered(session: Session, report: LedgerReport) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -78,6 +79,21 @@ class LedgerReport:
     def circulating(self) -> int:
         """Points held by anyone: must equal `issued`."""
         return self.available + self.reserved + self.earnings + self.revenue
+
+    def take_totals(self, totals: Mapping[str, int], *, held: int = 0) -> None:
+        """Set the figures from the balances summed per account kind (`held`: the points of
+        reservations counted outside any ledger account), and note a circulation that differs
+        from issuance."""
+        self.issued = -totals.get(AccountKind.ISSUANCE, 0)
+        self.available = totals.get(AccountKind.AVAILABLE, 0)
+        self.reserved = held + totals.get(AccountKind.RESERVED, 0)
+        self.earnings = totals.get(AccountKind.EARNINGS, 0)
+        self.revenue = totals.get(AccountKind.REVENUE, 0)
+        if self.circulating != self.issued:
+            self.problems.append(
+                f"points in circulation ({self.circulating}) differ from points issued "
+                f"({self.issued})"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return {"balanced": self.balanced, **asdict(self), "circulating": self.circulating}
