@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import ProgrammingError
 
 from builders.accounts import PASSWORD_HASH_MEMORY_KIB
+from builders.stores import BACKENDS, PG_ADMIN_URL, REQUIRE_POSTGRES
 from mercato.db import models
 from mercato.db.base import Base
 from mercato.db.engine import make_engine
@@ -22,12 +23,6 @@ from mercato.db.uow import Database
 from mercato.settings import Settings
 
 models.load_all()
-
-PG_ADMIN_URL = os.environ.get(
-    "MERCATO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-REQUIRE_POSTGRES = os.environ.get("MERCATO_REQUIRE_POSTGRES", "").lower() in {"1", "true", "yes"}
-BACKENDS = [b for b in os.environ.get("MERCATO_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
 
 
 def _postgres_reachable() -> str | None:

@@ -17,13 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from builders.stores import BACKENDS, PG_ADMIN_DSN
+
 pytestmark = pytest.mark.functional
 
 ROOT = Path(__file__).parents[3]
-BACKENDS = [b for b in os.environ.get("MERCATO_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
-PG_ADMIN = os.environ.get(
-    "MERCATO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-).replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @pytest.mark.parametrize("store", BACKENDS)
@@ -39,7 +37,7 @@ def test_the_leanest_path_invokes_replays_and_leaves_a_balanced_ledger(
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    with harness.database(store, tmp_path, PG_ADMIN) as db_url:
+    with harness.database(store, tmp_path, PG_ADMIN_DSN) as db_url:
         env = harness.platform_env(db_url, data_dir)
         migrated = harness.mercato("migrate", env=env)
         assert migrated.returncode == 0, migrated.stderr[-2000:]

@@ -6,20 +6,17 @@ timing is asserted: the benchmark is a tool."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from builders.stores import BACKENDS, PG_ADMIN_DSN
+
 pytestmark = pytest.mark.functional
 
 ROOT = Path(__file__).parents[3]
-BACKENDS = [b for b in os.environ.get("MERCATO_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
-PG_ADMIN = os.environ.get(
-    "MERCATO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-).replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @pytest.mark.parametrize("store", BACKENDS)
@@ -31,7 +28,7 @@ def test_the_migration_bench_finds_the_store_identical_and_balanced(
     done = subprocess.run(
         [
             *(sys.executable, "-m", "bench.ledger_migration", "--invocations", "2000"),
-            *("--store", store, "--pg-admin-url", PG_ADMIN),
+            *("--store", store, "--pg-admin-url", PG_ADMIN_DSN),
         ],
         cwd=ROOT,
         capture_output=True,
