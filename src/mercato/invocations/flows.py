@@ -81,8 +81,11 @@ BUSY_PARK_SECONDS = 1.0
 """How long a worker step that found its connection full puts its call back (decision 0513)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InvokeRequest:
+    # Not frozen, as InvokeResult, quotas' QuotaStatus and service's Replayed: values made for
+    # one call and never shared (a frozen dataclass sets each field through
+    # object.__setattr__: about 3 % of a replay's instructions for these four).
     account_id: str
     channel: str
     service_code: str
@@ -93,8 +96,9 @@ class InvokeRequest:
     key_id: str | None = None  # the API key that makes the call (its spend limit, §8)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InvokeResult:
+    # Not frozen: one call's value, never shared (see `InvokeRequest`).
     view: InvocationView
     quota: QuotaStatus
     replay: bool

@@ -137,10 +137,11 @@ def find_by_key(*, account_id: str, idempotency_key: str) -> Plan[InvocationView
     return None if row is None else _view(row)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Replayed:
     """What a replay reads in one statement (`find_replay`)."""
 
+    # Not frozen: one call's value, never shared (see `flows.InvokeRequest`).
     view: InvocationView
     quota: QuotaStatus
     """The account's current window, taking nothing (`quotas.current_status`)."""

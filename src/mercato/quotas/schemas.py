@@ -13,10 +13,11 @@ class Policy:
     window_seconds: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QuotaStatus:
     """The spec 2.6 view of one account's current window."""
 
+    # Not frozen: one call's value, never shared (see `flows.InvokeRequest`).
     policy: str
     limit: int
     window_seconds: int

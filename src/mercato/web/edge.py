@@ -166,7 +166,7 @@ async def body_refusal(scope: Scope, body: bytes) -> Response | None:
 
 async def _nul_in_form(scope: Scope, body: bytes) -> str | None:
     """The first form field holding U+0000, parsed as the route would parse it."""
-    request = Request(scope, _replay([{"type": "http.request", "body": body}], _never))
+    request = Request(scope, Replayed(body, [{"type": "http.request", "body": body}], _never))
     try:
         form = await request.form()
     except Exception:  # a malformed form: the route refuses it as it would any other
@@ -192,11 +192,14 @@ async def _never() -> Message:
 
 
 class Replayed:
-    """A `receive` that hands out `messages` first, then the server's own (`_replay`)."""
+    """A `receive` that hands out `messages` first, then the server's own; `body`
+    is the whole body they carry (what the edge checks read), None when the client left
+    before it ended (a reader meets the disconnect)."""
 
-    __slots__ = ("pending", "receive")
+    __slots__ = ("body", "pending", "receive")
 
-    def __init__(self, messages: list[Message], receive: Receive) -> None:
+    def __init__(self, body: bytes | None, messages: list[Message], receive: Receive) -> None:
+        self.body = body
         self.pending = list(messages)
         self.receive = receive
 
@@ -206,9 +209,14 @@ class Replayed:
         return await self.receive()
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """A `receive` that hands out `messages` first, then the server's own."""
-    return Replayed(messages, receive)
+async def body_of(request: Request) -> bytes:
+    """The request's whole body: the one the edge checks read when they did (`checked`), else
+    read as `request.body()` reads it. Reading it from the edge's `Replayed` leaves its
+    messages in place, so a later `request.body()` still gets the same bytes."""
+    receive = request.receive
+    if isinstance(receive, Replayed) and receive.body is not None:
+        return receive.body
+    return await request.body()
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:
@@ -242,7 +250,7 @@ async def checked(scope: Scope, receive: Receive) -> tuple[Response | None, Rece
         except HTTPException as exc:  # the body cap (web/limits.py)
             return problems.from_http_exception(exc), receive
         refusal = await body_refusal(scope, body)
-        receive = _replay(messages, receive)
+        receive = Replayed(body if len(messages) == 1 else None, messages, receive)
     if refusal is not None:
         found = _route_of(scope)  # so that the request's metrics and log name its route
         scope["route"] = found[0] if found is not None else None

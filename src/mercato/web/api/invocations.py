@@ -45,6 +45,7 @@ from mercato.web.api.schemas import (
     ReceiptPage,
 )
 from mercato.web.deps import bearer_token_of, current_principal, runtime_of
+from mercato.web.edge import body_of
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
 router = APIRouter(tags=["invocations"])
@@ -171,7 +172,7 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
                 authorization = value.decode("latin-1")
         elif name == b"idempotency-key":
             keys.append(value.decode("latin-1"))
-    body = await request.body()
+    body = await body_of(request)  # the body the edge checks read
     token = bearer_token_of(authorization)  # a malformed one is refused before any read
     notes = request.scope.setdefault("state", {})  # the log line names the caller and call
     call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes)
