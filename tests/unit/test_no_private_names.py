@@ -37,15 +37,6 @@ KEPT: dict[tuple[str, str], str] = {
     # SQLAlchemy's cache key finds a statement built per call in the compiled-statement LRU
     # (decision 0601): no public cache key.
     ("mercato/db/aio_statements.py", "_generate_cache_key"): "0601",
-    # The counted SQLite money steps (decisions 0490, 0600): the parts of an INSERT / UPDATE
-    # the spelling without RETURNING reads, and the copy it drops the RETURNING from.
-    ("mercato/db/guarded.py", "_post_values_clause"): "0600",
-    ("mercato/db/guarded.py", "_select_names"): "0600",
-    ("mercato/db/guarded.py", "_ordered_values"): "0600",
-    ("mercato/db/guarded.py", "_values"): "0600",
-    ("mercato/db/guarded.py", "_multi_values"): "0600",
-    ("mercato/db/guarded.py", "_generate"): "0600",
-    ("mercato/db/guarded.py", "_returning"): "0600",
 }
 
 

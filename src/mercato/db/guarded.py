@@ -40,6 +40,14 @@ same step statements are put together:
   whether the step wrote (0: empty), and the columns later steps or outputs read are the
   values it inserted as bound (`known`) or are read back by a unique key (`read`).
 
+A step's builder describes a write as a `Write` (`insert_select`, `insert_rows`,
+`update_where`; `.on_conflict_do_nothing()`, `.on_conflict_do_update(…)`, `.returning(…)`):
+the statement without its RETURNING, the columns to return, and what the spelling without
+RETURNING needs (the row an INSERT inserts, an upsert's conflict target, the columns an UPDATE
+or an upsert sets). The compiler adds the RETURNING where it is kept (every PostgreSQL CTE, a
+SQLite step that cannot be counted) and reads no part of a finished statement. A builder may
+also return a plain Core statement (PostgreSQL's locking SELECT, a guard), never counted.
+
 Ids the rules need fresh on every run (a transfer's, its entries', new accounts') are declared
 by the steps (`Step.fresh`). Inputs are passed by name without prefix (`{"amount": 10, …}`);
 the statements bind them as `p_<name>`, so no input can collide with a column name (an UPDATE
@@ -55,7 +63,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -80,9 +88,9 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.sqlite.dml import OnConflictDoNothing, OnConflictDoUpdate
 from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import (
@@ -91,7 +99,6 @@ from sqlalchemy.sql.elements import (
     ClauseList,
     ColumnClause,
     Grouping,
-    Label,
 )
 from sqlalchemy.sql.schema import Column, UniqueConstraint
 from sqlalchemy.types import TypeEngine
@@ -195,13 +202,76 @@ def const(value: Any, type_: TypeEngine[Any] | type[TypeEngine[Any]]) -> Expr:
     return lambda _refs: inline(value, type_)
 
 
+@dataclass(frozen=True, eq=False)
+class Write:
+    """A step's write, described: what the compiler spells it from without reading any part of
+    a finished statement. Built by `insert_select`, `insert_rows` or `update_where`; each
+    method answers a copy."""
+
+    statement: Any
+    """The INSERT or UPDATE, without RETURNING."""
+    returned: tuple[Any, ...] = ()
+    """The columns its RETURNING gives (the step's row)."""
+    values: Mapping[str, Any] | None = None
+    """An INSERT of one row: the value of each column it inserts (None: unknown, several)."""
+    conflict: tuple[str, ...] | None = None
+    """An upsert: the columns of its conflict target (ON CONFLICT (…) DO UPDATE)."""
+    updated: frozenset[str] | None = None
+    """An UPDATE, or an upsert: the columns it SETs (None: unknown, never counted)."""
+
+    def returning(self, *columns: Any) -> Write:
+        """The same write returning `columns`."""
+        return replace(self, returned=columns)
+
+    @property
+    def excluded(self) -> Any:
+        """An upsert's `excluded` row (the values the INSERT proposed)."""
+        return self.statement.excluded
+
+    def on_conflict_do_nothing(self) -> Write:
+        """The INSERT, inserting nothing where a row conflicts on any unique key."""
+        return replace(self, statement=self.statement.on_conflict_do_nothing())
+
+    def on_conflict_do_update(
+        self,
+        *,
+        index_elements: Sequence[Any],
+        set_: Mapping[str, Any],
+        where: ColumnElement[bool] | None = None,
+    ) -> Write:
+        """The INSERT as an upsert: `ON CONFLICT (index_elements) DO UPDATE SET set_ [WHERE]`."""
+        statement = self.statement.on_conflict_do_update(
+            index_elements=index_elements, set_=set_, where=where
+        )
+        conflict = tuple(str(getattr(element, "name", element)) for element in index_elements)
+        updated = frozenset(str(getattr(key, "name", key)) for key in set_)
+        return replace(self, statement=statement, conflict=conflict, updated=updated)
+
+    def returning_statement(self) -> Any:
+        """The statement with its RETURNING (as the step runs where RETURNING is kept)."""
+        return self.statement.returning(*self.returned) if self.returned else self.statement
+
+
 def insert_select(
     refs: Refs, table: Table, values: Mapping[str, Any], *where: ColumnElement[bool]
-) -> Insert:
+) -> Write:
     """`INSERT INTO table (…) SELECT … WHERE gate AND where…` (always with a WHERE, which
-    SQLite's upsert grammar needs)."""
+    SQLite's upsert grammar needs): one row, `values` (column → value)."""
     chosen = select(*[value.label(name) for name, value in values.items()]).where(refs.gate, *where)
-    return refs.insert(table).from_select(list(values), chosen)
+    return Write(refs.insert(table).from_select(list(values), chosen), values=dict(values))
+
+
+def insert_rows(table: Table, names: Sequence[str], rows: Any) -> Write:
+    """`INSERT INTO table (names) <rows>` of any number of rows (a UNION ALL of SELECTs, each
+    with the gate in its WHERE): counted on SQLite only when nothing reads its row."""
+    return Write(table.insert().from_select(list(names), rows))
+
+
+def update_where(table: Table, values: Mapping[str, Any], *where: ColumnElement[bool]) -> Write:
+    """`UPDATE table SET values WHERE where…` (put the gate in `where`)."""
+    updated = frozenset(str(getattr(key, "name", key)) for key in values)
+    statement = update(table).where(*where).values(dict(values))
+    return Write(statement, updated=updated)
 
 
 @dataclass(frozen=True, eq=False)
@@ -283,12 +353,16 @@ def compile_program(program: Program, dialect: str) -> Compiled:
     refs = Refs(dialect, None, types)
     built: list[tuple[Step, Any, Select[Any] | None, Select[Any] | None]] = []
     for step in steps:
-        statement = _in_lists(step.build(refs))
-        types[step.name] = _returned(statement)
+        made = step.build(refs)
+        if isinstance(made, Write):
+            made = replace(made, statement=_in_lists(made.statement))
+        else:
+            made = _in_lists(made)
+        types[step.name] = _returned(_with_returning(made))
         built.append(
             (
                 step,
-                statement,
+                made,
                 None if step.required_if is None else _in_lists(select(step.required_if(refs))),
                 None if step.detail is None else _in_lists(select(*step.detail(refs))),
             )
@@ -297,11 +371,12 @@ def compile_program(program: Program, dialect: str) -> Compiled:
     # neither RETURNING nor a read.
     read = refs.read | {(step, column) for step, column in program.outputs}
     compiled = Compiled(dialect, outputs, fresh)
-    for step, statement, required_if, detail in built:
+    for step, made, required_if, detail in built:
         columns = tuple(types[step.name])
         needed = tuple(column for column in columns if (step.name, column) in read)
-        spelled = _counted(statement, needed)
+        spelled = _counted(made, needed) if isinstance(made, Write) else None
         if spelled is None:
+            statement = _with_returning(made)
             compiled.steps.append(CompiledStep(step, statement, columns, required_if, detail))
             continue
         write, read_back, known = spelled
@@ -309,6 +384,11 @@ def compile_program(program: Program, dialect: str) -> Compiled:
             CompiledStep(step, write, needed, required_if, detail, True, read_back, known)
         )
     return compiled
+
+
+def _with_returning(made: Any) -> Any:
+    """A step's statement as it runs with its RETURNING."""
+    return made.returning_statement() if isinstance(made, Write) else made
 
 
 def _in_lists(clause: Any) -> Any:
@@ -337,7 +417,7 @@ def _in_lists(clause: Any) -> Any:
 
 
 def _counted(
-    statement: Any, needed: tuple[str, ...]
+    write: Write, needed: tuple[str, ...]
 ) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
     """A step's SQLite spelling without RETURNING (SQLite 3.35+ gathers a RETURNING's rows in
     an ephemeral table, and an INSERT … SELECT with a RETURNING stages the SELECT's rows in
@@ -352,60 +432,42 @@ def _counted(
     - an UPDATE whose WHERE pins a unique key with equalities on columns it does not SET
       (to bound values or constants) changed, when it counted a row, that one row: read back
       by those equalities (the post-update values, as RETURNING gives)."""
-    if isinstance(statement, Insert):
-        return _counted_insert(statement, needed)
-    if isinstance(statement, Update):
-        return _counted_update(statement, needed)
+    if isinstance(write.statement, Insert):
+        return _counted_insert(write, needed)
+    if isinstance(write.statement, Update):
+        return _counted_update(write, needed)
     return None
 
 
-def _without_returning(statement: Any) -> Any:
-    bare = statement._generate()
-    bare._returning = ()
-    return bare
-
-
-def _returned_by(statement: Any) -> dict[str, Any]:
-    return {str(c.key): c for c in statement.exported_columns}
+def _returned_by(write: Write) -> dict[str, Any]:
+    return {str(c.key): c for c in write.returning_statement().exported_columns}
 
 
 def _counted_insert(
-    statement: Insert, needed: tuple[str, ...]
+    write: Write, needed: tuple[str, ...]
 ) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
-    chosen = statement.select
-    if chosen is None:
+    table = write.statement.table
+    if not isinstance(table, Table):
         return None
-    table = statement.table
-    assert isinstance(table, Table)
-    post = getattr(statement, "_post_values_clause", None)
-    if post is not None and not isinstance(post, OnConflictDoNothing | OnConflictDoUpdate):
-        return None
-    write = _without_returning(statement)
     if not needed:
-        return write, None, ()
-    if not isinstance(chosen, Select):
+        return write.statement, None, ()
+    values = write.values
+    if values is None:
         return None  # several rows: which one RETURNING gives first is the SQL's to say
-    values = {
-        str(name): _unlabelled(value)
-        for name, value in zip(statement._select_names or (), chosen.selected_columns, strict=True)
-    }
-    returned = _returned_by(statement)
-    if isinstance(post, OnConflictDoUpdate):
-        targets = post.inferred_target_elements
-        if not targets or post.inferred_target_whereclause is not None:
-            return None
-        names = [getattr(target, "name", None) for target in targets]
-        updated = {str(getattr(key, "name", key)) for key, _ in post.update_values_to_set}
-        if updated & set(map(str, names)) or not _unique(table, set(map(str, names))):
+    returned = _returned_by(write)
+    if write.conflict is not None:
+        names = write.conflict
+        updated = write.updated or frozenset()
+        if not names or updated & set(names) or not _unique(table, set(names)):
             return None
         key = []
         for name in names:
-            value = values.get(str(name))
+            value = values.get(name)
             if value is None or not _fixed(value):
                 return None
-            key.append(table.c[str(name)] == value)
+            key.append(table.c[name] == value)
         read = select(*[returned[column] for column in needed]).where(*key)
-        return write, read, ()
+        return write.statement, read, ()
     known = []
     for column in needed:
         value = values.get(column)
@@ -413,17 +475,17 @@ def _counted_insert(
         if not (isinstance(value, BindParameter) and plain and value.key[:2] in ("p_", "s_")):
             return None
         known.append(str(value.key))
-    return write, None, tuple(known)
+    return write.statement, None, tuple(known)
 
 
 def _counted_update(
-    statement: Update, needed: tuple[str, ...]
+    write: Write, needed: tuple[str, ...]
 ) -> tuple[Any, Select[Any] | None, tuple[str, ...]] | None:
+    statement = write.statement
     table = statement.table
-    if not isinstance(table, Table) or statement._multi_values or statement.whereclause is None:
+    if not isinstance(table, Table) or write.updated is None or statement.whereclause is None:
         return None
-    given = statement._ordered_values or list((statement._values or {}).items())
-    assigned = {str(getattr(key, "name", key)) for key, _ in given}
+    assigned = set(write.updated)
     assigned |= {c.name for c in table.c if c.onupdate is not None or c.server_onupdate}
     key = [
         term
@@ -437,13 +499,9 @@ def _counted_update(
     ]
     if not _unique(table, {term.left.name for term in key}):
         return None
-    returned = _returned_by(statement)
+    returned = _returned_by(write)
     read = select(*[returned[column] for column in needed]).where(*key) if needed else None
-    return _without_returning(statement), read, ()
-
-
-def _unlabelled(value: Any) -> Any:
-    return value.element if isinstance(value, Label) else value
+    return statement, read, ()
 
 
 def _conjuncts(clause: Any) -> list[Any]:
@@ -514,7 +572,7 @@ def _one_statement(program: Program, steps: list[Step], lock: Any) -> Select[Any
         if previous is not None and previous != anchor:
             gates.append(select(func.count()).select_from(ctes[previous]).scalar_subquery() >= 0)
         refs.gate = and_(true(), *gates)
-        ctes[step.name] = step.build(refs).cte(step.name)
+        ctes[step.name] = _with_returning(step.build(refs)).cte(step.name)
         if _anchors(step):
             anchor = step.name
         previous = step.name

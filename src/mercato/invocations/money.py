@@ -23,10 +23,20 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Integer, String, Table, update
+from sqlalchemy import Integer, String, Table
 
 from mercato.db import hints
-from mercato.db.guarded import Empty, Program, Refs, Step, col, inline, insert_select, param
+from mercato.db.guarded import (
+    Empty,
+    Program,
+    Refs,
+    Step,
+    col,
+    inline,
+    insert_select,
+    param,
+    update_where,
+)
 from mercato.invocations import spend
 from mercato.invocations.models import Invocation, InvocationAttempt
 from mercato.invocations.schemas import ACTIVE_STATES
@@ -107,7 +117,7 @@ def _intent(refs: Refs) -> Any:
     # nothing and stops the program quietly: the caller answers it as a replay. No error,
     # so a PostgreSQL group commit is not rolled back for it.
     values = {name: refs.param(f"inv_{name}", _c[name].type) for name in INTENT_COLUMNS}
-    return insert_select(refs, _t, values).on_conflict_do_nothing().returning(_c.id)  # type: ignore[attr-defined]
+    return insert_select(refs, _t, values).on_conflict_do_nothing().returning(_c.id)
 
 
 def _first_attempt(refs: Refs) -> Any:
@@ -190,22 +200,17 @@ def _finish(columns: tuple[str, ...], *, leased: bool) -> Step:
         values: dict[str, Any] = {
             name: refs.param(f"set_{name}", _c[name].type) for name in columns
         }
-        return (
-            update(_t)
-            .where(*held)
-            .values(
-                lease_owner=inline(None),
-                lease_expires_at=inline(None),
-                next_attempt_at=inline(None),
-                **values,
-            )
-            .returning(
-                *VIEW_COLUMNS,
-                _c.reservation_id,
-                _c.provider_account_id,
-                _c.provider_share_bps,
-                _c.api_key_id,
-            )
+        cleared = {
+            "lease_owner": inline(None),
+            "lease_expires_at": inline(None),
+            "next_attempt_at": inline(None),
+        }
+        return update_where(_t, {**cleared, **values}, *held).returning(
+            *VIEW_COLUMNS,
+            _c.reservation_id,
+            _c.provider_account_id,
+            _c.provider_share_bps,
+            _c.api_key_id,
         )
 
     return Step("finish", build, Empty.STOP)

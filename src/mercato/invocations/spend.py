@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Table, bindparam, case, func, select, update
+from sqlalchemy import BigInteger, Table, bindparam, case, func, select
 from sqlalchemy.orm import Session
 
 from mercato.accounts.errors import ApiKeyNotFound, InvalidSpendLimit, KeySpendLimitReached
 from mercato.accounts.models import ApiKey
 from mercato.db import guarded
 from mercato.db.base import UTCDateTime
-from mercato.db.guarded import Empty, Expr, Refs, Step, inline
+from mercato.db.guarded import Empty, Expr, Refs, Step, inline, update_where
 from mercato.db.plans import Plan, Rows, first, query
 from mercato.invocations.models import Invocation
 from mercato.invocations.schemas import Settlement
@@ -147,22 +147,20 @@ def limit_steps(prefix: str, *, key_id: Expr, price: Expr) -> list[Step]:
         points, period = limit(refs)
         start = _current_start(refs, period)
         used = _used_since(start)
-        return (
-            update(_keys)
-            .where(
-                _k.id == key_id(refs),
-                refs.gate,
-                points.is_not(None),
-                used + price(refs) <= points,
-            )
-            .values(
-                spent_in_period=used + price(refs),
-                spend_period_start=case(
-                    (_k.spend_period_start >= start, _k.spend_period_start), else_=start
-                ),
-            )
-            .returning(_k.id)
-        )
+        counted = {
+            "spent_in_period": used + price(refs),
+            "spend_period_start": case(
+                (_k.spend_period_start >= start, _k.spend_period_start), else_=start
+            ),
+        }
+        return update_where(
+            _keys,
+            counted,
+            _k.id == key_id(refs),
+            refs.gate,
+            points.is_not(None),
+            used + price(refs) <= points,
+        ).returning(_k.id)
 
     def of_key(refs: Refs, column: Any) -> Any:
         return select(column).where(_k.id == key_id(refs)).scalar_subquery()
@@ -206,17 +204,14 @@ def giveback_step(name: str, *, key_id: Expr, price: Expr, invocation_id: Expr) 
         accepted_at = (
             select(_inv.created_at).where(_inv.id == invocation_id(refs)).scalar_subquery()
         )
-        return (
-            update(_keys)
-            .where(
-                _k.id == key_id(refs),
-                refs.gate,
-                _k.spend_period_start <= accepted_at,
-                _k.spent_in_period >= points,
-            )
-            .values(spent_in_period=_k.spent_in_period - points)
-            .returning(_k.id)
-        )
+        return update_where(
+            _keys,
+            {"spent_in_period": _k.spent_in_period - points},
+            _k.id == key_id(refs),
+            refs.gate,
+            _k.spend_period_start <= accepted_at,
+            _k.spent_in_period >= points,
+        ).returning(_k.id)
 
     return Step(name, build, Empty.SKIP)
 

@@ -39,10 +39,19 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import BigInteger, Integer, String, Table, and_, func, or_, select, union_all
-from sqlalchemy import update as sa_update
 
 from mercato.db.base import UTCDateTime
-from mercato.db.guarded import Empty, Expr, Refs, Step, const, inline, insert_select
+from mercato.db.guarded import (
+    Empty,
+    Expr,
+    Refs,
+    Step,
+    const,
+    inline,
+    insert_rows,
+    insert_select,
+    update_where,
+)
 from mercato.ledger.models import LedgerAccount, LedgerEntry, LedgerTransfer, Reservation
 from mercato.ledger.schemas import PLATFORM, AccountKind, ReservationState, TransferKind
 
@@ -139,12 +148,14 @@ def _debit(leg: Leg) -> Any:
     def build(refs: Refs) -> Any:
         points = leg.points(refs)
         guards = [points != 0] if leg.may_be_zero else []
-        return (
-            sa_update(ACCOUNTS)
-            .where(_account_is(refs, leg), ACCOUNTS.c.balance >= points, refs.gate, *guards)
-            .values(balance=ACCOUNTS.c.balance - points)
-            .returning(ACCOUNTS.c.id)
-        )
+        return update_where(
+            ACCOUNTS,
+            {"balance": ACCOUNTS.c.balance - points},
+            _account_is(refs, leg),
+            ACCOUNTS.c.balance >= points,
+            refs.gate,
+            *guards,
+        ).returning(ACCOUNTS.c.id)
 
     return build
 
@@ -173,10 +184,10 @@ def _upsert(prefix: str, index: int, leg: Leg) -> Any:
             "kind": inline(leg.kind.value, String),
             "balance": amount,
         }
-        stmt = insert_select(refs, ACCOUNTS, values, *guards)
-        return stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+        write = insert_select(refs, ACCOUNTS, values, *guards)
+        return write.on_conflict_do_update(
             index_elements=[ACCOUNTS.c.owner, ACCOUNTS.c.kind],
-            set_={"balance": ACCOUNTS.c.balance + stmt.excluded.balance},  # type: ignore[attr-defined]
+            set_={"balance": ACCOUNTS.c.balance + write.excluded.balance},
         ).returning(ACCOUNTS.c.id)
 
     return build
@@ -216,7 +227,7 @@ def _entries(prefix: str, legs: Sequence[Leg]) -> Any:
                 ).where(refs.gate, account_id.is_not(None), *guards)
             )
         columns = ["id", "transfer_id", "ledger_account_id", "amount"]
-        return ENTRIES.insert().from_select(columns, union_all(*arms)).returning(ENTRIES.c.id)
+        return insert_rows(ENTRIES, columns, union_all(*arms)).returning(ENTRIES.c.id)
 
     return build
 
@@ -288,19 +299,20 @@ def _resolve(
     res = RESERVATIONS.c
 
     def build(refs: Refs) -> Any:
-        return (
-            sa_update(RESERVATIONS)
-            .where(res.id == reservation_id(refs), res.state == inline(expected.value), refs.gate)
-            .values(values(refs))
-            .returning(
-                res.id,
-                res.account_id,
-                res.amount,
-                res.reference,
-                res.provider_account_id,
-                res.provider_amount,
-                res.platform_amount,
-            )
+        return update_where(
+            RESERVATIONS,
+            values(refs),
+            res.id == reservation_id(refs),
+            res.state == inline(expected.value),
+            refs.gate,
+        ).returning(
+            res.id,
+            res.account_id,
+            res.amount,
+            res.reference,
+            res.provider_account_id,
+            res.provider_amount,
+            res.platform_amount,
         )
 
     return Step(name, build, Empty.REFUSE, code=code, detail=_state_detail(reservation_id))

@@ -194,16 +194,15 @@ def slot_step(
             "window_start": start,
             "accepted": inline(1, Integer),
         }
-        stmt = insert_select(refs, _windows, values)
+        write = insert_select(refs, _windows, values)
         current = _windows.c
-        newer = current.window_start < stmt.excluded.window_start  # type: ignore[attr-defined]
-        return stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+        newer = current.window_start < write.excluded.window_start
+        return write.on_conflict_do_update(
             index_elements=[current.account_id, current.policy],
             set_={
                 "accepted": case((newer, inline(1, Integer)), else_=current.accepted + 1),
                 "window_start": case(
-                    (newer, stmt.excluded.window_start),  # type: ignore[attr-defined]
-                    else_=current.window_start,
+                    (newer, write.excluded.window_start), else_=current.window_start
                 ),
             },
             where=or_(newer, current.accepted < limit(refs)),
