@@ -34,9 +34,6 @@ KEPT: dict[tuple[str, str], str] = {
     ("mercato/cli/framework.py", "click.parser._OptionParser"): "0575",
     ("mercato/cli/framework.py", "click.parser._ParsingState"): "0575",
     ("mercato/cli/framework.py", "self._short_opt"): "0575",
-    # SQLAlchemy's cache key finds a statement built per call in the compiled-statement LRU
-    # (decision 0601): no public cache key.
-    ("mercato/db/aio_statements.py", "_generate_cache_key"): "0601",
 }
 
 

@@ -210,12 +210,12 @@ class _Connection:
         params = op.params
         if self._unit.unit is Unit.READ and is_grouped(op.statement):  # decision 0450
             return await self._grouped(op.statement, params)
-        prepared, extracted = statements.prepare(op.statement, params)
+        prepared = statements.prepare(op.statement, params)
         if params is not None and not isinstance(params, Mapping):
             if self._conn is None:
                 await self._take()
-            return await self._many(prepared, extracted, params)
-        sql, values = prepared.bind(params, extracted)
+            return await self._many(prepared, params)
+        sql, values = prepared.bind(params)
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
         if self._conn is None:
@@ -231,8 +231,8 @@ class _Connection:
         the batch (`with_slot`), its rows read back without it. A unit that holds no
         connection yet takes none for it (decision 0501): the batch runs on a reader's, or on
         one of its own."""
-        prepared, extracted = self._db.statements.prepare(with_slot(statement), params)
-        sql, values = prepared.bind({**(params or {}), SLOT: 0}, extracted)
+        prepared = self._db.statements.prepare(with_slot(statement), params)
+        sql, values = prepared.bind({**(params or {}), SLOT: 0})
         if self._db.observed.listeners:
             self._db.observed.tell("sql", sql)
         pool = self._pool or self._db._pool()
@@ -240,19 +240,19 @@ class _Connection:
         return [row[:-1] for row in rows]
 
     async def _many(
-        self, prepared: Prepared, extracted: Any, params: Sequence[Mapping[str, Any]]
+        self, prepared: Prepared, params: Sequence[Mapping[str, Any]]
     ) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
         if self._db.observed.listeners:
             self._db.observed.tell("sql", prepared.sql)
         try:
-            if prepared.dml_without_rows and not prepared.expanding and extracted is None:
+            if prepared.dml_without_rows and not prepared.expanding:
                 await self._conn.executemany(
                     prepared.sql, [prepared.bind(one)[1] for one in params]
                 )
                 return rows
             for one in params:
-                sql, values = prepared.bind(one, extracted)
+                sql, values = prepared.bind(one)
                 rows.extend(prepared.row(record) for record in await self._conn.fetch(sql, *values))
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
             raise sqlalchemy_error(error, prepared.sql) from error

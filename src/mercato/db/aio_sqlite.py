@@ -117,10 +117,10 @@ class _Connection:
         return self._unit.refused
 
     def _rows(self, statement: Any, params: Any) -> list[tuple[Any, ...]]:
-        prepared, extracted = self._db.statements.prepare(statement, params)
+        prepared = self._db.statements.prepare(statement, params)
         if params is not None and type(params) is not dict and not isinstance(params, Mapping):
-            return self._many(prepared, extracted, params)
-        sql, values = prepared.bind(params, extracted)
+            return self._many(prepared, params)
+        sql, values = prepared.bind(params)
         return self._send(prepared, sql, values)
 
     def _send(self, prepared: Prepared, sql: str, values: list[Any]) -> list[tuple[Any, ...]]:
@@ -133,14 +133,12 @@ class _Connection:
             raise sqlalchemy_error(error, sql) from error
         return prepared.rows(raw)
 
-    def _many(
-        self, prepared: Any, extracted: Any, params: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[Any, ...]]:
+    def _many(self, prepared: Any, params: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
         if self._db.observed.listeners:
             self._db.observed.tell("sql", prepared.sql)
         assert self._raw is not None
-        if prepared.dml_without_rows and not prepared.expanding and extracted is None:
+        if prepared.dml_without_rows and not prepared.expanding:
             bound_values = [prepared.bind(one)[1] for one in params]
             try:
                 self._raw.executemany(prepared.sql, bound_values)
@@ -148,7 +146,7 @@ class _Connection:
                 raise sqlalchemy_error(error, prepared.sql) from error
             return rows
         for one in params:
-            sql, values = prepared.bind(one, extracted)
+            sql, values = prepared.bind(one)
             try:
                 raw = self._raw.execute(sql, values).fetchall()
             except sqlite3.Error as error:

@@ -7,10 +7,10 @@ its types, so the values sent and the rows read back are exactly the ones a sync
 and reads (a `UTCDateTime` is made UTC on the way in and aware on the way out, JSON is
 serialised and parsed, …).
 
-Two caches (decision 0321): statements built once at module level (the hot path) are found by
-identity, in a mapping that forgets a statement when it is garbage-collected; a statement built
-per call is found by SQLAlchemy's own cache key (its literal values are extracted per call, as
-SQLAlchemy does), in a bounded LRU. A statement with no cache key is compiled per call.
+A statement is found by identity (decision 0321): one built once (at module level, or once
+per shape in a module's own cache, as every statement of the invoke path and the worker is) is
+compiled once; one built per call (the MCP tool list's) is compiled per call. A bounded LRU
+holds what was compiled, in a mapping that forgets a statement when it is garbage-collected.
 """
 
 from __future__ import annotations
@@ -107,12 +107,10 @@ class Prepared:
             and not compiled.effective_returning
         )
 
-    def bind(
-        self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None = None
-    ) -> tuple[str, list[Any]]:
+    def bind(self, params: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
         """The SQL to send and its positional values for `params`."""
-        if self.expanding or extracted is not None:
-            return self._bind_slow(params, extracted)
+        if self.expanding:
+            return self._bind_expanding(params)
         given = params or _NO_PARAMS
         if self._defaults:
             values = self._with_defaults(given)
@@ -147,22 +145,12 @@ class Prepared:
                     ) from None
             raise
 
-    def _bind_slow(
-        self, params: Mapping[str, Any] | None, extracted: Sequence[Any] | None
-    ) -> tuple[str, list[Any]]:
+    def _bind_expanding(self, params: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
         compiled = self.compiled
         # By bind name, unescaped: `construct_expanded_state` takes them back by that name.
         constructed = compiled.construct_params(
-            dict(params) if params else None,
-            extracted_parameters=extracted,
-            escape_names=not self.expanding,
+            dict(params) if params else None, escape_names=False
         )
-        if not self.expanding:
-            positions: Sequence[str] = compiled.positiontup or ()
-            values = [constructed[name] for name in positions]
-            for index, process in self.bind_processors:
-                values[index] = process(values[index])
-            return self.sql, values
         # Expanding IN: SQLAlchemy renders the list's placeholders for these values.
         expanded = compiled.construct_expanded_state(constructed)
         named = expanded.parameters
@@ -272,30 +260,22 @@ def _result_columns(compiled: SQLCompiler) -> Sequence[Any]:
     return getattr(compiled.statement, "selected_columns", None) or ()
 
 
-_Found = tuple[Prepared, Sequence[Any] | None]
-
-
 class Statements:
     """The compiled statements of one dialect (see the module docstring).
 
-    Only two bounded LRUs hold compiled statements (and, through them, the statements they
-    were compiled from): by SQLAlchemy's cache key, and, for a statement without one, by
-    identity. The identity map in front of both holds weak references only, so a statement
-    built per call, and its entry, go away with it."""
+    Only a bounded LRU holds compiled statements (and, through them, the statements they were
+    compiled from); the identity map in front of it holds weak references only, so a statement
+    built per call, and its entry, go away with it once the LRU lets it go."""
 
     def __init__(self, dialect: Dialect, *, per_call_limit: int = 1000) -> None:
         self.dialect = dialect
-        self._by_identity: dict[
-            int, tuple[weakref.ref[Any], dict[Any, tuple[weakref.ref[Prepared], Any]]]
-        ] = {}
-        self._by_key: OrderedDict[Any, Prepared] = OrderedDict()
-        self._uncacheable: OrderedDict[Any, Prepared] = OrderedDict()
+        self._by_identity: dict[int, tuple[weakref.ref[Any], dict[Any, weakref.ref[Prepared]]]] = {}
+        self._compiled: OrderedDict[Any, Prepared] = OrderedDict()
         self._limit = per_call_limit
 
-    def prepare(self, statement: Any, params: Any = None) -> _Found:
+    def prepare(self, statement: Any, params: Any = None) -> Prepared:
         """The compiled form of `statement` for `params` (a mapping, a list of them for an
-        executemany, or None), and the literal values to extract from the statement (None:
-        they are compiled in, the statement itself was compiled)."""
+        executemany, or None)."""
         columns: tuple[str, ...] | None = None
         if isinstance(statement, ValuesBase):
             # An INSERT or UPDATE without values() names the columns it is executed with, as
@@ -306,37 +286,19 @@ class Statements:
         if entry is not None and entry[0]() is statement:
             known = entry[1].get(columns)
             if known is not None:
-                prepared = known[0]()
+                prepared = known()
                 if prepared is not None:
-                    return prepared, known[1]
-        key = statement._generate_cache_key()
-        extracted: Sequence[Any] | None = None
-        if key is None:  # not cacheable: compiled for this statement object
-            prepared = self._compile(statement, columns)
-            self._keep(self._uncacheable, (id(statement), columns), prepared)
-        else:
-            cache_key = (key.key, columns)
-            cached = self._by_key.get(cache_key)
-            if cached is None:
-                prepared = self._compile(statement, columns, key)
-                self._keep(self._by_key, cache_key, prepared)
-            else:
-                self._by_key.move_to_end(cache_key)
-                prepared, extracted = cached, key.bindparams
-        self._remember(statement, columns, prepared, extracted)
-        return prepared, extracted
-
-    def _keep(self, lru: OrderedDict[Any, Prepared], key: Any, prepared: Prepared) -> None:
-        lru[key] = prepared
-        if len(lru) > self._limit:
-            lru.popitem(last=False)
+                    return prepared
+        prepared = self._compile(statement, columns)
+        compiled = self._compiled
+        compiled[(id(statement), columns)] = prepared
+        if len(compiled) > self._limit:
+            compiled.popitem(last=False)
+        self._remember(statement, columns, prepared)
+        return prepared
 
     def _remember(
-        self,
-        statement: Any,
-        columns: tuple[str, ...] | None,
-        prepared: Prepared,
-        extracted: Sequence[Any] | None,
+        self, statement: Any, columns: tuple[str, ...] | None, prepared: Prepared
     ) -> None:
         ident = id(statement)
         by_identity = self._by_identity
@@ -349,17 +311,11 @@ class Statements:
                     del by_identity[ident]
 
             entry = by_identity[ident] = (weakref.ref(statement, forget), {})
-        entry[1][columns] = (weakref.ref(prepared), extracted)
+        entry[1][columns] = weakref.ref(prepared)
 
-    def _compile(
-        self, statement: ClauseElement, columns: tuple[str, ...] | None, key: Any = None
-    ) -> Prepared:
-        # With its cache key, a compiled statement takes the literal values of another
-        # statement of the same key (`construct_params(extracted_parameters=…)`).
+    def _compile(self, statement: ClauseElement, columns: tuple[str, ...] | None) -> Prepared:
         compiled = statement.compile(
-            dialect=self.dialect,
-            column_keys=None if columns is None else list(columns),
-            cache_key=key,
+            dialect=self.dialect, column_keys=None if columns is None else list(columns)
         )
         assert isinstance(compiled, SQLCompiler)
         return Prepared(compiled, self.dialect)

@@ -1,5 +1,5 @@
 """Statements compiled once for a bare driver: the right SQL and values per call, a bounded
-cache for statements built per call, and driver errors as SQLAlchemy's classes."""
+cache that lets statements built per call go, and driver errors as SQLAlchemy's classes."""
 
 from __future__ import annotations
 
@@ -29,9 +29,8 @@ _BY_ID = select(T.c.id, T.c.at).where(T.c.id == bindparam("id"), T.c.n > 3)
 
 def test_a_module_level_statement_is_compiled_once_for_asyncpg() -> None:
     statements = Statements(asyncpg_dialect())
-    prepared, extracted = statements.prepare(_BY_ID, {"id": "a"})
-    assert statements.prepare(_BY_ID, {"id": "b"}) == (prepared, extracted)
-    assert extracted is None
+    prepared = statements.prepare(_BY_ID, {"id": "a"})
+    assert statements.prepare(_BY_ID, {"id": "b"}) is prepared
     sql, values = prepared.bind({"id": "a"})
     assert "$1::VARCHAR" in sql and "$2::INTEGER" in sql
     assert values == ["a", 3]
@@ -39,7 +38,7 @@ def test_a_module_level_statement_is_compiled_once_for_asyncpg() -> None:
 
 def test_bind_and_result_processors_apply_the_types() -> None:
     statements = Statements(asyncpg_dialect())
-    prepared, _ = statements.prepare(insert(T), {"id": "a", "at": None})
+    prepared = statements.prepare(insert(T), {"id": "a", "at": None})
     paris = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     sql, values = prepared.bind({"id": "a", "at": paris})
     assert sql.startswith("INSERT INTO t (id, at)")  # the columns of the keys given
@@ -47,12 +46,12 @@ def test_bind_and_result_processors_apply_the_types() -> None:
     assert values[1].tzinfo == dt.UTC
     with pytest.raises(ValueError, match="naive"):
         prepared.bind({"id": "a", "at": dt.datetime(2026, 1, 1)})
-    read, _ = statements.prepare(_BY_ID)
+    read = statements.prepare(_BY_ID)
     assert read.row(("a", dt.datetime(2026, 1, 1))) == ("a", dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
 
 
 def test_a_missing_required_parameter_is_refused() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_BY_ID)
+    prepared = Statements(asyncpg_dialect()).prepare(_BY_ID)
     with pytest.raises(exc.InvalidRequestError, match="'id'"):
         prepared.bind({})
 
@@ -64,7 +63,7 @@ def test_values_missing_from_the_parameters_come_from_the_statement() -> None:
         T.c.at == bindparam("at", callable_=lambda: noon, type_=UTCDateTime),
         T.c.n == bindparam("n", value=7, required=False),
     )
-    prepared, _ = statements.prepare(made)
+    prepared = statements.prepare(made)
     # given: taken as is (and processed by its type); missing: its callable, or its value
     paris = dt.datetime(2026, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     assert prepared.bind({"at": paris, "n": 1})[1] == [paris, 1]
@@ -72,9 +71,9 @@ def test_values_missing_from_the_parameters_come_from_the_statement() -> None:
     values = prepared.bind({"n": 2})[1]
     assert values == [noon, 2] and values[0].tzinfo == dt.UTC
     assert prepared.bind(None)[1] == [noon, 7]
-    one, _ = statements.prepare(select(T.c.id).where(T.c.id == bindparam("id")))
+    one = statements.prepare(select(T.c.id).where(T.c.id == bindparam("id")))
     assert one.bind({"id": "a", "other": 1})[1] == ["a"]
-    none, _ = statements.prepare(select(T.c.id))
+    none = statements.prepare(select(T.c.id))
     assert none.bind({"id": "a"})[1] == []
 
 
@@ -86,14 +85,14 @@ def test_defaults_are_filled_per_call_and_a_required_value_is_still_refused() ->
         T.c.id == bindparam("id"),
         T.c.n > 3,  # a literal of the statement
     )
-    prepared, _ = statements.prepare(made)
+    prepared = statements.prepare(made)
     # each call that lacks the made value makes a new one; a given one is not made
     assert prepared.bind({"id": "a"})[1] == [0, "a", 3]
     assert prepared.bind({"id": "b", "made": 9})[1] == [9, "b", 3]
     assert prepared.bind({"id": "c"})[1] == [1, "c", 3]
     with pytest.raises(exc.InvalidRequestError, match="'id'"):
         prepared.bind({"made": 1})  # after the statement took the defaults path
-    literal, _ = statements.prepare(select(T.c.id).where(T.c.n > 5, T.c.id == bindparam("id")))
+    literal = statements.prepare(select(T.c.id).where(T.c.n > 5, T.c.id == bindparam("id")))
     assert literal.bind({"id": "x"})[1] == [5, "x"]
     with pytest.raises(exc.InvalidRequestError, match="'id'"):
         literal.bind({})
@@ -101,25 +100,15 @@ def test_defaults_are_filled_per_call_and_a_required_value_is_still_refused() ->
 
 def test_rows_are_read_back_through_their_types() -> None:
     statements = Statements(asyncpg_dialect())
-    read, _ = statements.prepare(_BY_ID)
+    read = statements.prepare(_BY_ID)
     assert read.rows([("a", None), ("b", dt.datetime(2026, 1, 1))]) == [
         ("a", None),
         ("b", dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
     ]
-    plain, _ = statements.prepare(select(T.c.id, T.c.n))
+    plain = statements.prepare(select(T.c.id, T.c.n))
     raw = [("a", 1), ("b", 2)]
     assert plain.rows(raw) == raw
     assert plain.rows([["a", 1]]) == [("a", 1)]  # a driver's record becomes a tuple
-
-
-def test_statements_built_per_call_share_one_compiled_form_with_their_own_values() -> None:
-    statements = Statements(asyncpg_dialect(), per_call_limit=5)
-    first, extracted_first = statements.prepare(select(T.c.id).where(T.c.n == 1))
-    second, extracted_second = statements.prepare(select(T.c.id).where(T.c.n == 2))
-    assert first is second
-    assert extracted_first is None  # the statement compiled: its values are in
-    assert second.bind(None, extracted_second)[1] == [2]
-    assert first.bind(None, extracted_first)[1] == [1]
 
 
 def test_the_per_call_cache_is_bounded_and_forgets_dead_statements() -> None:
@@ -128,7 +117,7 @@ def test_the_per_call_cache_is_bounded_and_forgets_dead_statements() -> None:
         # 50 shapes (a different label each), none kept by the caller
         statements.prepare(select(T.c.id.label(f"c{column}")))
     gc.collect()
-    assert len(statements._by_key) == 5
+    assert len(statements._compiled) == 5
     # only the statements the 5 kept compiled forms were compiled from are still alive
     assert len(statements._by_identity) == 5
 
@@ -136,10 +125,10 @@ def test_the_per_call_cache_is_bounded_and_forgets_dead_statements() -> None:
 def test_expanding_parameters_render_per_call() -> None:
     statements = Statements(asyncpg_dialect())
     in_ids = select(T.c.n).where(T.c.id.in_(bindparam("ids", expanding=True)))
-    prepared, extracted = statements.prepare(in_ids)
-    sql, values = prepared.bind({"ids": ["a", "b", "c"]}, extracted)
+    prepared = statements.prepare(in_ids)
+    sql, values = prepared.bind({"ids": ["a", "b", "c"]})
     assert "$3" in sql and values == ["a", "b", "c"]
-    sql, values = prepared.bind({"ids": ["x"]}, extracted)
+    sql, values = prepared.bind({"ids": ["x"]})
     assert "$2" not in sql and values == ["x"]
 
 
@@ -153,7 +142,7 @@ def test_expanding_parameters_render_per_call() -> None:
 def test_a_literal_in_list_built_per_call_expands_with_its_own_processed_values(
     dialect: Any, list_first: bool
 ) -> None:
-    """The slow path: extracted literals, an expanding list and a processed type at once."""
+    """The slow path: a literal list, expanded per call, and a processed type at once."""
     statements = Statements(dialect)
     paris = dt.timezone(dt.timedelta(hours=1))
 
@@ -161,9 +150,8 @@ def test_a_literal_in_list_built_per_call_expands_with_its_own_processed_values(
         at = dt.datetime(2026, 1, 1, hour, tzinfo=paris)
         return select(T.c.n).where(T.c.id.in_(ids), T.c.at > at)
 
-    first, extracted_first = statements.prepare(build(["a", "b"], 10))
-    second, extracted_second = statements.prepare(build(["x", "y", "z"], 12))
-    assert first is second and extracted_first is None and extracted_second is not None
+    first = statements.prepare(build(["a", "b"], 10))
+    second = statements.prepare(build(["x", "y", "z"], 12))
     process = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
 
     def at(hour: int) -> Any:
@@ -173,13 +161,13 @@ def test_a_literal_in_list_built_per_call_expands_with_its_own_processed_values(
     def expected(ids: list[str], hour: int) -> list[Any]:
         return [*ids, at(hour)] if list_first else [at(hour), *ids]
 
-    values = second.bind(None, extracted_second)[1]
+    values = second.bind(None)[1]
     assert values == expected(["x", "y", "z"], 12)
     stamp = values[-1 if list_first else 0]
     # processed: SQLite's text, or made UTC for asyncpg (an aware datetime compares equal
     # across zones, so the zone itself is checked)
     assert isinstance(stamp, str) or stamp.tzinfo == dt.UTC
-    assert first.bind(None, extracted_first)[1] == expected(["a", "b"], 10)
+    assert first.bind(None)[1] == expected(["a", "b"], 10)
     assert at(12) != at(10)
 
 

@@ -89,9 +89,9 @@ def _fast(program: guarded.Program, params: dict[str, Any]) -> Any:
 def _both(program: guarded.Program, params: dict[str, Any]) -> tuple[Any, Any]:
     built = guarded.compiled(program, "postgresql")
     statements = Statements(asyncpg_dialect())
-    prepared, extracted = statements.prepare(built.statement)
+    prepared = statements.prepare(built.statement)
     with bound(_Counted()):
-        general = prepared.bind(_general(built, params), extracted)[1]
+        general = prepared.bind(_general(built, params))[1]
     with bound(_Counted()):
         fast = _fast(program, params)
     return general, fast
@@ -105,7 +105,7 @@ def test_the_invocations_programs_are_among_those_checked() -> None:
 @pytest.mark.parametrize("program", _programs(), ids=lambda program: program.name)
 def test_a_programs_values_are_the_general_paths(program: guarded.Program) -> None:
     built = guarded.compiled(program, "postgresql")
-    prepared, _ = Statements(asyncpg_dialect()).prepare(built.statement)
+    prepared = Statements(asyncpg_dialect()).prepare(built.statement)
     params = _inputs(prepared)
     general, fast = _both(program, params)
     assert fast == general
@@ -119,7 +119,7 @@ def test_a_programs_values_are_the_general_paths(program: guarded.Program) -> No
 @pytest.mark.parametrize("program", [money.ACCEPT, money.SETTLE], ids=lambda p: p.name)
 def test_a_missing_input_is_refused_alike(program: guarded.Program) -> None:
     built = guarded.compiled(program, "postgresql")
-    prepared, _ = Statements(asyncpg_dialect()).prepare(built.statement)
+    prepared = Statements(asyncpg_dialect()).prepare(built.statement)
     params = _inputs(prepared)
     params.pop("now")
     with pytest.raises(exc.InvalidRequestError, match="'p_now'"):

@@ -48,7 +48,7 @@ def _values(prepared: Any, n: int) -> list[Any]:
 
 
 def test_a_failed_batch_reads_again_alone_each_with_its_own_answer() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    prepared = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     leader, other, failing = _Conn("leader", broken=True), _Conn("other"), _Conn("x", fails=True)
 
     async def scenario() -> list[Any]:
@@ -69,7 +69,7 @@ def test_a_failed_batch_reads_again_alone_each_with_its_own_answer() -> None:
 
 
 def test_together_each_reader_gets_the_rows_of_its_slot() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    prepared = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     leader, other = _Conn("leader"), _Conn("other")
 
     async def scenario() -> tuple[list[Any], int]:
@@ -88,7 +88,7 @@ def test_together_each_reader_gets_the_rows_of_its_slot() -> None:
 
 
 def test_a_reader_cancelled_before_its_batch_is_left_out() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    prepared = Statements(asyncpg_dialect()).prepare(_STATEMENT)
     leader, other = _Conn("leader"), _Conn("other")
 
     async def scenario() -> Any:
@@ -130,7 +130,7 @@ class _Pool:
 def _together(*reads: tuple[_Conn | None, int, _Pool]) -> tuple[list[Any], int]:
     """Each read (its connection or None, its `n`, its pool) asked for at the same turn: the
     answers (an error as its answer) and how many round trips carried more than one read."""
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    prepared = Statements(asyncpg_dialect()).prepare(_STATEMENT)
 
     async def scenario() -> tuple[list[Any], int]:
         group = read_group()
@@ -204,7 +204,7 @@ def test_reads_of_two_pools_never_go_together() -> None:
 
 
 def test_a_reader_with_neither_a_connection_nor_a_pool_is_refused() -> None:
-    prepared, _ = Statements(asyncpg_dialect()).prepare(_STATEMENT)
+    prepared = Statements(asyncpg_dialect()).prepare(_STATEMENT)
 
     async def scenario() -> None:
         await read_group().fetch(None, prepared, _values(prepared, 1))
