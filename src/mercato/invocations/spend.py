@@ -36,8 +36,10 @@ from typing import Any, cast
 from sqlalchemy import BigInteger, Table, bindparam, case, func, select
 from sqlalchemy.orm import Session
 
+from mercato.accounts import service as accounts
 from mercato.accounts.errors import ApiKeyNotFound, InvalidSpendLimit, KeySpendLimitReached
 from mercato.accounts.models import ApiKey
+from mercato.accounts.schemas import CreatedApiKey
 from mercato.db import guarded
 from mercato.db.base import UTCDateTime
 from mercato.db.guarded import Empty, Expr, Refs, Step, inline, update_where
@@ -298,6 +300,22 @@ def _locked_key(session: Session, key_id: str, account_id: str | None) -> ApiKey
     if key is None or (account_id is not None and key.account_id != account_id):
         raise ApiKeyNotFound()
     return key
+
+
+def create_key(
+    session: Session,
+    *,
+    account_id: str,
+    name: str,
+    limit: tuple[int, Period] | None,
+    now: dt.datetime,
+) -> CreatedApiKey:
+    """A new API key of the account, with `limit` (None: no limit), in the caller's
+    transaction (the API's and the account page's); its plaintext is returned only here."""
+    created = accounts.create_api_key(session, account_id=account_id, name=name, now=now)
+    if limit is not None:
+        set_limit(session, key_id=created.key_id, account_id=account_id, limit=limit, now=now)
+    return created
 
 
 def set_limit(

@@ -63,19 +63,11 @@ _SESSION = (Unauthenticated, SessionRequired)
 def create_key(body: CreateKeyBody, request: Request, principal: SessionPrincipal) -> CreatedApiKey:
     runtime = runtime_of(request)
     now = runtime.clock.now()
+    limit = _limit(body.spend_limit)
     with runtime.db.transaction() as session:
-        created = accounts.create_api_key(
-            session, account_id=principal.account_id, name=body.name, now=now
+        created = spend.create_key(
+            session, account_id=principal.account_id, name=body.name, limit=limit, now=now
         )
-        limit = _limit(body.spend_limit)
-        if limit is not None:
-            spend.set_limit(
-                session,
-                key_id=created.key_id,
-                account_id=principal.account_id,
-                limit=limit,
-                now=now,
-            )
     return CreatedApiKey(
         api_key=created.api_key,
         key_id=created.key_id,

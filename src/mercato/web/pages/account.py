@@ -90,17 +90,9 @@ def create_key(request: Request, user: User, form: Form) -> Response:
         now = runtime.clock.now()
         try:
             with runtime.db.transaction() as session:
-                created = accounts.create_api_key(
-                    session, account_id=user.account_id, name=name, now=now
+                created = spend.create_key(
+                    session, account_id=user.account_id, name=name, limit=limit, now=now
                 )
-                if limit is not None:
-                    spend.set_limit(
-                        session,
-                        key_id=created.key_id,
-                        account_id=user.account_id,
-                        limit=limit,
-                        now=now,
-                    )
         except MercatoError as error:
             errors["name"] = error.message
     values = {
