@@ -1,7 +1,8 @@
 """Failpoints: named steps where a test may stop or interleave the platform.
 
-Production code announces a step with `runtime.failpoints.hit(NAME)`; the production Runtime
-carries `NO_FAILPOINTS`, which does nothing. Only a test or the simulation builds a Runtime with
+Production code announces a step with `runtime.armed.hit(NAME)` when the Runtime's set is armed
+(`runtime.armed`: None for `NO_FAILPOINTS`, the production Runtime's, which does nothing, so its
+points are skipped rather than called). Only a test or the simulation builds a Runtime with
 another set: one that SIGKILLs the process (the crash suite's real `mercato serve`, built by
 tests/support), or one that raises or runs an interleaving (the simulation). Nothing reads the
 environment to switch them on.

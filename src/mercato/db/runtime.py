@@ -50,8 +50,8 @@ class Runtime:
     failpoints: Failpoints = NO_FAILPOINTS
     provider: ProviderClient | None = None
     aio: AsyncDatabase | None = None
-    """The async units of work beside `db` (the invoke path, the worker); made from `db`
-    when not given."""
+    """The async units of work beside `db` when given; made from `db` otherwise (read
+    `adb`)."""
     asleep: AsyncSleep = asyncio.sleep
     """Sleeping on the event loop (a test's fake clock advances instead)."""
     async_provider: AsyncProvider | None = None
@@ -62,7 +62,18 @@ class Runtime:
 
     bulkhead: Bulkhead | None = None
     """Provider calls in flight in this process, per connection and in all (DESIGN §7,
-    decision 0510); made from the settings when not given."""
+    decision 0510), when given; made from the settings otherwise (read `slots`)."""
+
+    # Set once at construction, plain attributes: the invoke path reads them on every call.
+    adb: AsyncDatabase = field(init=False)
+    """The async database (the invoke path, the worker)."""
+    slots: Bulkhead = field(init=False)
+    """The process's bulkhead."""
+    ids: Ids = field(init=False)
+    """The id source; the database binds it inside every unit of work (`new_id`)."""
+    armed: Failpoints | None = field(init=False)
+    """`failpoints` when a test armed some; None for `NO_FAILPOINTS`, whose points the flows
+    then skip rather than call."""
 
     def __post_init__(self) -> None:
         if self.aio is None:
@@ -72,23 +83,10 @@ class Runtime:
                 per_connection=self.settings.provider_max_in_flight,
                 process=self.settings.max_in_flight,
             )
-
-    @property
-    def adb(self) -> AsyncDatabase:
-        """The async database (always set after construction)."""
-        assert self.aio is not None
-        return self.aio
-
-    @property
-    def slots(self) -> Bulkhead:
-        """The process's bulkhead (always set after construction)."""
-        assert self.bulkhead is not None
-        return self.bulkhead
-
-    @property
-    def ids(self) -> Ids:
-        """The id source; the database binds it inside every unit of work (`new_id`)."""
-        return self.db.ids
+        self.adb = self.aio
+        self.slots = self.bulkhead
+        self.ids = self.db.ids
+        self.armed = None if self.failpoints is NO_FAILPOINTS else self.failpoints
 
     def provider_client(self) -> ProviderClient:
         """The process's one pooled provider client."""

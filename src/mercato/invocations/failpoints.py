@@ -1,4 +1,4 @@
-"""The invocation engine's failpoints (announced through `runtime.failpoints`).
+"""The invocation engine's failpoints (announced through `runtime.armed`).
 
 - `before-accept`: a fresh call's checks are done; its accept transaction is about to open.
 - `after-accept`: the accept transaction has committed; nothing has been sent.

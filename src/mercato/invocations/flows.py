@@ -481,7 +481,8 @@ async def run(runtime: Runtime, prepared: Prepared, recall: hints.Recall) -> Inv
     invocation_id, owner, quota = accepted
     version = prepared.version
     try:  # the bulkhead slot `_accept` took is this call's until its provider call is over
-        runtime.failpoints.hit(AFTER_ACCEPT)
+        if runtime.armed is not None:
+            runtime.armed.hit(AFTER_ACCEPT)
         job = Job(
             invocation_id=invocation_id,
             state=State.DISPATCHING.value,
@@ -581,7 +582,8 @@ async def _accept_holding(
             api_key_id=request.key_id,
         )
 
-    runtime.failpoints.hit(BEFORE_ACCEPT)
+    if runtime.armed is not None:
+        runtime.armed.hit(BEFORE_ACCEPT)
     refused: Exception | None = None
     try:
         quota = await adb.write(accept)
@@ -639,7 +641,8 @@ async def send_and_conclude(
             response_max_bytes=job.response_max_bytes,
             timeout=runtime.settings.provider_timeout_seconds,
         )
-        runtime.failpoints.hit(AFTER_SEND)
+        if runtime.armed is not None:
+            runtime.armed.hit(AFTER_SEND)
         classified = classify(answer)
         if classified.outcome is not Outcome.RETRYABLE_BEFORE_ACCEPT:
             return await conclude(runtime, job, owner, classified)
@@ -729,7 +732,8 @@ async def _fail(
 ) -> InvocationView | None:
 
     def finish() -> Plan[InvocationView | None]:
-        runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the release has been sent yet
+        if runtime.armed is not None:
+            runtime.armed.hit(BEFORE_SETTLE)  # nothing of the release has been sent yet
         return invocations.finish_failure.plan(
             invocation_id=job.invocation_id,
             lease_owner=owner,
@@ -769,7 +773,8 @@ async def conclude(
             return await _fail(runtime, job, owner, CONTRACT_VIOLATION, None)
 
         def finish() -> Plan[InvocationView | None]:
-            runtime.failpoints.hit(BEFORE_SETTLE)  # nothing of the settlement has been sent yet
+            if runtime.armed is not None:
+                runtime.armed.hit(BEFORE_SETTLE)  # nothing of the settlement has been sent yet
             return invocations.finish_success.plan(
                 invocation_id=job.invocation_id,
                 lease_owner=owner,

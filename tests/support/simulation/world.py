@@ -164,7 +164,7 @@ def build_world(
         failpoints=failpoints,
         provider=client,
     )
-    runtime.aio = InterleavingDatabase(runtime.adb, failpoints)
+    runtime.aio = runtime.adb = InterleavingDatabase(runtime.adb, failpoints)
     runtime.asleep = FakeSleep(clock)
     runtime.async_provider = SimProviderClient(provider)
     now = clock.now()
