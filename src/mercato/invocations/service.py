@@ -257,9 +257,10 @@ def accept(
     # The intent first: a same-key twin stops at its unique key before touching anything
     # shared. The account's balances and its quota window, which every concurrent call of the
     # account waits on, are locked last, right before the commit.
+    # No `ledger.check_reservation`: the price was checked when the version was written
+    # (1..MAX_PRICE, and the schema's CHECK), and the reference is the call's own fresh id.
     reservation_id = new_id("res")
     price = version.price
-    ledger.check_reservation(amount=price, reference=invocation_id)
     quota = quotas.slot_params(account_id, policy, now)
     # The intent row's columns as the program's `inv_<column>` inputs (`money.INTENT_COLUMNS`).
     params: dict[str, Any] = {

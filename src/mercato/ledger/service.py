@@ -146,8 +146,8 @@ def _short_of_points(balance: int, wanted: int) -> MercatoError:
 
 
 def check_reservation(*, amount: int, reference: str) -> None:
-    """What `reserve` checks before it writes (also for a reservation made inside another
-    program, the invocation engine's accept)."""
+    """What `reserve` checks before it writes. (The invocation engine's accept reserves a
+    version's price, checked when the version was written, under the call's fresh id.)"""
     _check_amount(amount)
     if not reference or len(reference) > _REFERENCE_MAX:
         raise InvalidLedgerInput(f"reference must be 1-{_REFERENCE_MAX} characters")
