@@ -68,6 +68,7 @@ from mercato.db.plans import Plan, Rows, first, query
 from mercato.db.uow import Database
 from mercato.settings import Settings
 
+_MAX_CREDENTIAL_LENGTH = 512
 API_KEY_PREFIX = "mercato_live_"
 ACCESS_TOKEN_PREFIX = "mercato_at_"
 REFRESH_TOKEN_PREFIX = "mercato_rt_"
@@ -363,6 +364,23 @@ def lookup_api_key(*, api_key: str) -> Plan[tuple[Principal, dt.datetime | None]
     """The principal of an API key and when its use was last recorded, or Unauthenticated
     (the read half of `authenticate_api_key`, for the async edge)."""
     return (yield from lookup_api_key_digest.plan(digest=api_key_digest(api_key)))
+
+
+def bearer_token_of(header: str | None) -> str:
+    """The credential of an `Authorization: Bearer <token>` header's value (None: no header),
+    or Unauthenticated for anything else (refused before any database work)."""
+    if header is None:
+        raise Unauthenticated("Send Authorization: Bearer <API key or access token>.")
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated("Use the Bearer authorization scheme.")
+    # Starlette decodes header bytes as Latin-1; anything outside visible ASCII is malformed.
+    if len(token) > _MAX_CREDENTIAL_LENGTH or not (token.isascii() and token.isprintable()):
+        raise Unauthenticated("The credential is not valid.")
+    if " " in token:
+        raise Unauthenticated("The credential is not valid.")
+    return token
 
 
 def api_key_digest(api_key: str) -> str:

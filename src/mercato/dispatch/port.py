@@ -1,7 +1,8 @@
 """What the invocation engine needs of a provider client on the event loop.
 
-`AsyncProvider` is the port the flows call (`runtime.async_provider_client()`): the two calls
-of the provider contract, awaited, returning the same `RawAnswer` as the sync client.
+`AsyncProvider` is the port the flows call (`runtime.async_provider_client()`, or the running
+loop's client an edge hands them): the two calls of the provider contract, awaited, returning the
+same `RawAnswer` as the sync client.
 `mercato.dispatch.async_client.AsyncProviderClient` implements it; a test double can too.
 
 `PerLoopProvider` holds one real client per running event loop. An aiohttp session belongs to
@@ -9,7 +10,9 @@ the loop it was opened on, so a client is made on the first call inside a loop a
 every later call there: a serve process runs one loop, so it makes one client, at its first
 call, and closes it at shutdown (`aclose`, on that loop). A process that runs several loops
 one after another (a test's client without lifespan, a sync caller's `asyncio.run`) gets one
-client per loop and closes each on its loop.
+client per loop and closes each on its loop. `clients` shows the open ones by loop, so that an
+edge on a loop can hand that loop's client to the flow (the invoke route does), which then calls
+it with nothing of this class in between.
 """
 
 from __future__ import annotations
@@ -62,8 +65,12 @@ class PerLoopProvider:
 
     def __init__(self, make: Callable[[], ClosableAsyncProvider]) -> None:
         self._make = make
-        self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[ClosableAsyncProvider, AsyncGenerator[None]]
+        self.clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, ClosableAsyncProvider
+        ] = weakref.WeakKeyDictionary()
+        """The open client of each loop that has one (read it; only this class changes it)."""
+        self._keepers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None]
         ] = weakref.WeakKeyDictionary()
         self.made = 0
         """How many clients were made (one per loop that made a call)."""
@@ -74,9 +81,9 @@ class PerLoopProvider:
 
     async def _client(self) -> ClosableAsyncProvider:
         loop = asyncio.get_running_loop()
-        held = self._clients.get(loop)
+        held = self.clients.get(loop)
         if held is not None:
-            return held[0]
+            return held
         client = self._make()
         # The loop closes what it made: an async generator first iterated on a loop is closed
         # by that loop's shutdown (`shutdown_asyncgens`, run by asyncio.run and anyio.run), so
@@ -84,7 +91,8 @@ class PerLoopProvider:
         # leave its sessions open.
         keeper = self._closes_with_loop(loop, client)
         await keeper.__anext__()
-        self._clients[loop] = (client, keeper)
+        self.clients[loop] = client
+        self._keepers[loop] = keeper
         self.made += 1
         return client
 
@@ -99,9 +107,9 @@ class PerLoopProvider:
     ) -> Coroutine[Any, Any, RawAnswer]:
         # With the loop's client made (every call but its first), the call is the client's
         # own coroutine: no coroutine of this class in between, resumed at each of its waits.
-        held = self._clients.get(asyncio.get_running_loop())
+        held = self.clients.get(asyncio.get_running_loop())
         if held is not None:
-            return held[0].execute(
+            return held.execute(
                 target,
                 idempotency_key=idempotency_key,
                 payload_bytes=payload_bytes,
@@ -147,13 +155,13 @@ class PerLoopProvider:
 
     def open_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether `loop` has a client open now."""
-        return loop in self._clients
+        return loop in self.clients
 
     async def aclose(self) -> None:
         """Close the running loop's client (the others belong to their own loops)."""
-        held = self._clients.get(asyncio.get_running_loop())
-        if held is not None:
-            await held[1].aclose()  # its `finally` forgets and closes the client
+        keeper = self._keepers.get(asyncio.get_running_loop())
+        if keeper is not None:
+            await keeper.aclose()  # its `finally` forgets and closes the client
 
     async def _closes_with_loop(
         self, loop: asyncio.AbstractEventLoop, client: ClosableAsyncProvider
@@ -161,5 +169,6 @@ class PerLoopProvider:
         try:
             yield
         finally:
-            self._clients.pop(loop, None)
+            self.clients.pop(loop, None)
+            self._keepers.pop(loop, None)
             await client.aclose()

@@ -1,8 +1,9 @@
 """The invocation engine: accept (tx) → call the provider (no tx) → settle or release (tx).
 
 Async end to end (issue 20): every read and write is a plan (`mercato.db.plans`) run on the
-Runtime's async database (`runtime.adb`), the provider is called with the Runtime's async
-provider client (`runtime.async_provider_client()`), and waiting is `await runtime.asleep(…)`.
+Runtime's async database (`runtime.adb`), the provider is called with the running loop's client
+the edge hands over (`Call.provider`) or else the Runtime's (`runtime.async_provider_client()`),
+and waiting is `await runtime.asleep(…)`.
 Used by the invoke route (on the event loop, no thread-pool hop) and by the worker loops; the
 plans are the same functions the sync callers (CLI, tests) run on a Session.
 
@@ -38,6 +39,7 @@ from mercato.db import hints
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
+from mercato.dispatch.port import AsyncProvider
 from mercato.invocations import service as invocations
 from mercato.invocations import spend
 from mercato.invocations.errors import (
@@ -272,9 +274,10 @@ class Prepared:
 @dataclass(slots=True)
 class Call:
     """An invoke as an edge received it, before anything is read: the caller's bearer
-    credential, the values of its Idempotency-Key headers, the call itself, and `notes`, where
+    credential, the values of its Idempotency-Key headers, the call itself, `notes`, where
     the flow notes the caller (`"principal"`, once its credential is proven) and the call
-    (`"invocation_id"`) for the request's log line."""
+    (`"invocation_id"`) for the request's log line, and `provider`: the running loop's own
+    provider client when the edge has it open (None: the Runtime's)."""
 
     credential: str
     idempotency_keys: list[str]
@@ -283,6 +286,7 @@ class Call:
     body: bytes
     request_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    provider: AsyncProvider | None = None
 
 
 async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
@@ -350,7 +354,7 @@ async def _call(runtime: Runtime, call: Call, recall: hints.Recall) -> InvokeRes
                 await accounts.touch_api_key.aio(write, key_id=due, now=runtime.clock.now())
     if isinstance(prepared, InvokeResult):
         return prepared
-    return await run(runtime, prepared, recall)
+    return await run(runtime, prepared, recall, call.provider)
 
 
 async def _caller(
@@ -465,9 +469,15 @@ def prepare_plan(
     return Prepared(request, fingerprint, version, target, policy)
 
 
-async def run(runtime: Runtime, prepared: Prepared, recall: hints.Recall) -> InvokeResult:
-    """A fresh call `prepare` read: check, accept, send, conclude. Its accept program proves
-    what the attempt took from memory (`recall`), or stops (`Diverged`)."""
+async def run(
+    runtime: Runtime,
+    prepared: Prepared,
+    recall: hints.Recall,
+    provider: AsyncProvider | None = None,
+) -> InvokeResult:
+    """A fresh call `prepare` read: check, accept, send (with `provider`, else the Runtime's
+    client), conclude. Its accept program proves what the attempt took from memory (`recall`),
+    or stops (`Diverged`)."""
     used = (prepared.request.account_id, prepared.request.idempotency_key)
     try:
         accepted = await _accept(runtime, prepared, recall.generation)
@@ -495,7 +505,9 @@ async def run(runtime: Runtime, prepared: Prepared, recall: hints.Recall) -> Inv
             sends=1,
             reconciliations=0,
         )
-        view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
+        view = await send_and_conclude(
+            runtime, prepared.target, job, owner, synchronous=True, provider=provider
+        )
     finally:
         runtime.slots.give_back(prepared.target.connection_id)
     if view is None:  # another process took over; answer with what the database says now
@@ -624,14 +636,16 @@ async def send_and_conclude(
     owner: str,
     *,
     synchronous: bool,
+    provider: AsyncProvider | None = None,
 ) -> InvocationView | None:
-    """Send the stored payload (its send already counted) and act on the classified answer.
+    """Send the stored payload (its send already counted) with `provider` (None: the Runtime's
+    client) and act on the classified answer.
 
     RETRYABLE_BEFORE_ACCEPT is redispatched within the bound: inline with a short backoff on
     the synchronous path, else parked in RETRY_WAIT for the worker. Returns the invocation as
     the deciding transaction left it (None when the lease was lost to another process).
     """
-    client = runtime.async_provider_client()
+    client = runtime.async_provider_client() if provider is None else provider
     sends = job.sends
     while True:
         answer = await client.execute(

@@ -11,8 +11,6 @@ from mercato.accounts.schemas import Principal
 from mercato.core.errors import Unauthenticated
 from mercato.db.runtime import Runtime
 
-_MAX_CREDENTIAL_LENGTH = 512
-
 
 def runtime_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
@@ -21,24 +19,7 @@ def runtime_of(request: Request) -> Runtime:
 
 def bearer_token(request: Request) -> str:
     """The token of `Authorization: Bearer <token>`, or Unauthenticated for anything else."""
-    return bearer_token_of(request.headers.get("authorization"))
-
-
-def bearer_token_of(header: str | None) -> str:
-    """`bearer_token` of the request's (first) Authorization header's value, None when it has
-    none."""
-    if header is None:
-        raise Unauthenticated("Send Authorization: Bearer <API key or access token>.")
-    scheme, _, token = header.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthenticated("Use the Bearer authorization scheme.")
-    # Starlette decodes header bytes as Latin-1; anything outside visible ASCII is malformed.
-    if len(token) > _MAX_CREDENTIAL_LENGTH or not (token.isascii() and token.isprintable()):
-        raise Unauthenticated("The credential is not valid.")
-    if " " in token:
-        raise Unauthenticated("The credential is not valid.")
-    return token
+    return accounts.bearer_token_of(request.headers.get("authorization"))
 
 
 def current_principal(request: Request) -> Principal:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from mercato.accounts import service as accounts
 from mercato.accounts.errors import KeySpendLimitReached
 from mercato.accounts.schemas import Principal
 from mercato.catalog.errors import ListingUnavailable, VersionNotFound
@@ -44,7 +46,7 @@ from mercato.web.api.schemas import (
     Receipt,
     ReceiptPage,
 )
-from mercato.web.deps import bearer_token_of, current_principal, runtime_of
+from mercato.web.deps import current_principal, runtime_of
 from mercato.web.edge import body_of
 from mercato.web.problems import QUOTA_HEADERS, InvalidRequest, declare, success_headers
 
@@ -173,10 +175,12 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
         elif name == b"idempotency-key":
             keys.append(value.decode("latin-1"))
     body = await body_of(request)  # the body the edge checks read
-    token = bearer_token_of(authorization)  # a malformed one is refused before any read
+    token = accounts.bearer_token_of(authorization)  # a malformed one is refused before any read
     notes = request.scope.setdefault("state", {})  # the log line names the caller and call
-    call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes)
-    result = await flows.invoke_call(runtime_of(request), call)
+    state = request.app.state  # the runtime, and the open provider client of each loop
+    client = state.loop_clients.get(asyncio.get_running_loop())
+    call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes, client)
+    result = await flows.invoke_call(state.runtime, call)
     return outcome_response(result.view, result.quota.headers(), request)
 
 

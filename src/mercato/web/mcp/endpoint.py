@@ -28,7 +28,6 @@ from mercato.core.errors import Unauthenticated
 from mercato.core.logs import request_id_var
 from mercato.db.runtime import Runtime
 from mercato.settings import Settings
-from mercato.web.deps import bearer_token_of
 from mercato.web.limits import MCP_BODY_BYTES
 from mercato.web.mcp.calls import CallContext, call_tool
 from mercato.web.mcp.tools import MAX_NAMED_TOOLS, list_page
@@ -54,7 +53,7 @@ def security_of(settings: Settings) -> TransportSecuritySettings:
 async def authenticate(runtime: Runtime, authorization: str | None) -> Principal:
     """The caller of `Authorization: Bearer …`, read from the database (never from a serve
     process's memory); an API key's last use is recorded when due, after the read."""
-    token = bearer_token_of(authorization)
+    token = accounts.bearer_token_of(authorization)
     now = runtime.clock.now()
     last_used = None
     async with runtime.adb.read() as conn:
