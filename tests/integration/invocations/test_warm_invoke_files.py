@@ -19,7 +19,7 @@ from builders.invocation_world import World
 
 SRC = str(Path(mercato.db.__file__).resolve().parent.parent.parent) + "/"
 
-FILES = 38
+FILES = 33
 """How many (the store's own executor among them)."""
 
 PURPOSES = {
@@ -29,17 +29,14 @@ PURPOSES = {
     "mercato/web/edge.py": "the edge checks (one Authorization header, no U+0000)",
     "mercato/web/direct.py": "the invoke route served directly",
     "mercato/web/api/invocations.py": "the invoke route: headers in, answer out",
-    "mercato/web/deps.py": "the runtime and the bearer credential of a request",
     "mercato/invocations/flows.py": "the invoke flow: caller, reads, accept, send, conclude",
     "mercato/invocations/service.py": "the invocation's rules: key check, fingerprint, plans",
     "mercato/invocations/schemas.py": "the invocation view and its answers",
     "mercato/invocations/spend.py": "the API key's spend limit, as the accept program's inputs",
     "mercato/db/hints.py": "the process's memory of keys and facts, and its fallback",
-    "mercato/accounts/service.py": "the API key's digest",
-    "mercato/ledger/service.py": "the reservation's checks",
+    "mercato/accounts/service.py": "the bearer credential and the API key's digest",
     "mercato/quotas/service.py": "the quota slot's inputs and status",
     "mercato/quotas/schemas.py": "the RateLimit headers",
-    "mercato/db/runtime.py": "the composition root",
     "mercato/db/aio.py": "the units of work's common part",
     "mercato/db/aio_postgres.py": "the PostgreSQL executor",
     "mercato/db/aio_sqlite.py": "the SQLite executor",
@@ -47,7 +44,6 @@ PURPOSES = {
     "mercato/db/plans.py": "the plan runner",
     "mercato/db/runner.py": "the money program runner (the guarded steps)",
     "mercato/db/base.py": "the column types",
-    "mercato/dispatch/port.py": "the provider port (per-loop client)",
     "mercato/dispatch/observed.py": "the provider call's metrics and log fields",
     "mercato/dispatch/calls.py": "the provider client (calls, headers, guard check, capped read)",
     "mercato/dispatch/async_client.py": "the async provider client's transport",
@@ -56,7 +52,6 @@ PURPOSES = {
     "mercato/core/ids.py": "ids",
     "mercato/core/clock.py": "the clock",
     "mercato/core/logs.py": "log fields and secrets",
-    "mercato/core/failpoints.py": "failpoints",
     "mercato/core/bulkhead.py": "the bulkhead",
     "mercato/core/canonical.py": "canonical JSON and digests",
     "mercato/core/json_depth.py": "the body's nesting bound",
