@@ -69,8 +69,6 @@ class Runtime:
     """The async database (the invoke path, the worker)."""
     slots: Bulkhead = field(init=False)
     """The process's bulkhead."""
-    ids: Ids = field(init=False)
-    """The id source; the database binds it inside every unit of work (`new_id`)."""
     armed: Failpoints | None = field(init=False)
     """`failpoints` when a test armed some; None for `NO_FAILPOINTS`, whose points the flows
     then skip rather than call."""
@@ -85,8 +83,13 @@ class Runtime:
             )
         self.adb = self.aio
         self.slots = self.bulkhead
-        self.ids = self.db.ids
         self.armed = None if self.failpoints is NO_FAILPOINTS else self.failpoints
+
+    @property
+    def ids(self) -> Ids:
+        """The id source: the database's (`db.ids`, which it binds inside every unit of work
+        for `new_id`; the invoke path reads `db.ids` itself)."""
+        return self.db.ids
 
     def provider_client(self) -> ProviderClient:
         """The process's one pooled provider client."""

@@ -571,8 +571,9 @@ async def _accept_holding(
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
 
-    invocation_id = runtime.ids.new("inv")
-    owner = runtime.ids.new("lease")
+    ids = runtime.db.ids  # the Runtime's ids are its database's
+    invocation_id = ids.new("inv")
+    owner = ids.new("lease")
     now = runtime.clock.now()
 
     def accept() -> Plan[QuotaStatus | None]:
