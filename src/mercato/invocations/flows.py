@@ -11,7 +11,10 @@ Nothing here keeps state in memory that another process needs: every decision is
 the database, and every transition is conditional on holding the row's lease. What the invoke
 keeps in memory (the caller's key, the version's facts: `mercato.db.hints`) is only a hint
 that the accept program proves; an attempt that diverges from it is done again uncached, at
-the top of the flow (`_fallback`, decision 0570).
+the top of the flow (`_answer`, decision 0570). That is the one place the flow catches a
+refusal (a `MercatoError`, raised where its rule is): there it is rerun uncached, answered by
+a twin that took the call's key first, or given the caller's RateLimit headers and left to go
+on to the edge, which renders it (`web.problems`).
 """
 
 from __future__ import annotations
@@ -293,41 +296,58 @@ async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
     """Run DESIGN.md §3 for a call as the edge received it: authentication, the key checks,
     then `invoke`'s steps. A refusal made after authentication carries the caller's
     RateLimit headers."""
-    try:
-        result = await _fallback(runtime, _call, call)
-    except MercatoError as refusal:
-        caller: Principal | None = call.notes.get("principal")
-        if caller is not None and "RateLimit" not in refusal.headers:
-            refusal.headers.update(await _quota_headers(runtime, caller.account_id))
-        raise
+    result = await _answer(runtime, _call, call, call.notes)
     call.notes["invocation_id"] = result.view.invocation_id
     return result
 
 
 async def invoke(runtime: Runtime, request: InvokeRequest) -> InvokeResult:
     """Run DESIGN.md §3 after authentication and the key checks; see the lifecycle doc."""
-    return await _fallback(runtime, _invoke, request)
+    return await _answer(runtime, _invoke, request, None)
 
 
-async def _fallback(
+_TWIN_MAY_ANSWER = (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded)
+"""How the accept program refuses a call whose key a concurrent twin may have taken first."""
+
+
+class _Attempt(hints.Recall):
+    """One attempt of a call: what it takes from memory (`hints.Recall`) and, while its accept
+    program is being written, the call that program accepts (`accepting`): a refusal of the
+    program is final only when no twin took the call's key first."""
+
+    accepting: Prepared | None = None
+
+
+async def _answer(
     runtime: Runtime,
-    attempt: Callable[[Runtime, C, hints.Recall], Awaitable[InvokeResult]],
+    attempt: Callable[[Runtime, C, _Attempt], Awaitable[InvokeResult]],
     call: C,
+    notes: dict[str, Any] | None,
 ) -> InvokeResult:
-    """`attempt` of `call` with what the process remembers (`mercato.db.hints`, decision 0570);
-    when it diverges, forget what it took and attempt again uncached (the answer of a process
-    without memory)."""
-    recall = hints.Recall(runtime.hints)
-    try:
-        return await attempt(runtime, call, recall)
-    except (hints.Diverged, MercatoError, IntegrityError) as stopped:
-        if not recall.diverged(stopped):
+    """`attempt` of `call` with what the process remembers (`mercato.db.hints`, decision 0570),
+    and the one place where the flow catches a refusal. One that diverges from memory: forget
+    what the attempt took and attempt again uncached (the answer of a process without memory).
+    One of the accept program: the answer of a twin that took the key first, if any. Any other
+    goes on to the edge, with the RateLimit headers of the caller `notes` names, if any."""
+    tried = _Attempt(runtime.hints)
+    while True:
+        try:
+            return await attempt(runtime, call, tried)
+        except (hints.Diverged, MercatoError, IntegrityError) as stopped:
+            if tried.recalling and tried.diverged(stopped):
+                tried.forget()
+                tried = _Attempt(runtime.hints, recalling=False)
+                continue
+            if tried.accepting is not None and isinstance(stopped, _TWIN_MAY_ANSWER):
+                twin = await _twin(runtime, tried.accepting, tried)
+                if twin is not None:
+                    return twin
+            if isinstance(stopped, MercatoError) and notes is not None:
+                await _with_quota_headers(runtime, stopped, notes)
             raise
-    recall.forget()
-    return await attempt(runtime, call, hints.Recall(runtime.hints, recalling=False))
 
 
-async def _call(runtime: Runtime, call: Call, recall: hints.Recall) -> InvokeResult:
+async def _call(runtime: Runtime, call: Call, recall: _Attempt) -> InvokeResult:
     """One attempt of `invoke_call`: the caller, the key checks and the call's reads share one
     read; an API key's last use, when due, is recorded once that read has ended (a unit of
     work opened inside it would wait for a second connection while holding the first)."""
@@ -385,16 +405,22 @@ async def _caller(
     raise Unauthenticated("The credential is not valid.")
 
 
-async def _quota_headers(runtime: Runtime, account_id: str) -> dict[str, str]:
-    """The RateLimit headers of the account's window as it stands (a refusal's)."""
+async def _with_quota_headers(
+    runtime: Runtime, refusal: MercatoError, notes: dict[str, Any]
+) -> None:
+    """Give `refusal` the RateLimit headers of the window, as it stands, of the caller `notes`
+    names (none before authentication; a replay's refusal carries its own already)."""
+    caller: Principal | None = notes.get("principal")
+    if caller is None or "RateLimit" in refusal.headers:
+        return
     async with runtime.adb.read() as conn:
         current = await quotas.current_status.aio(
-            conn, account_id=account_id, settings=runtime.settings, now=runtime.clock.now()
+            conn, account_id=caller.account_id, settings=runtime.settings, now=runtime.clock.now()
         )
-    return current.headers()
+    refusal.headers.update(current.headers())
 
 
-async def _invoke(runtime: Runtime, request: InvokeRequest, recall: hints.Recall) -> InvokeResult:
+async def _invoke(runtime: Runtime, request: InvokeRequest, recall: _Attempt) -> InvokeResult:
     """One attempt of `invoke`."""
     async with runtime.adb.read() as conn:
         prepared = await prepare(runtime, conn, request, recall)
@@ -420,14 +446,7 @@ async def prepare(
             service_code=request.service_code, version=request.version, body=request.body
         )
         return Prepared(request, fingerprint, version, target, policy)
-    try:
-        prepared = await prepare_plan.aio(conn, runtime, request, recall=recall)
-    except (IdempotencyKeyReused, IdempotencyKeyInUse):
-        recall.used((request.account_id, request.idempotency_key))
-        raise
-    if isinstance(prepared, InvokeResult):  # a replay: the next one with its key reads first
-        recall.used((request.account_id, request.idempotency_key))
-    return prepared
+    return await prepare_plan.aio(conn, runtime, request, recall=recall)
 
 
 @query
@@ -459,6 +478,7 @@ def prepare_plan(
             if not found.key_proven:
                 raise hints.Diverged
             recall.proven()
+        recall.used((request.account_id, request.idempotency_key))  # the next one reads first
         return _replayed(found, fingerprint, now)
     if recall.wants_generation():
         recall.saw((yield from hints.generation_plan.plan()))
@@ -472,20 +492,16 @@ def prepare_plan(
 async def run(
     runtime: Runtime,
     prepared: Prepared,
-    recall: hints.Recall,
+    recall: _Attempt,
     provider: AsyncProvider | None = None,
 ) -> InvokeResult:
     """A fresh call `prepare` read: check, accept, send (with `provider`, else the Runtime's
     client), conclude. Its accept program proves what the attempt took from memory (`recall`),
     or stops (`Diverged`)."""
-    used = (prepared.request.account_id, prepared.request.idempotency_key)
-    try:
-        accepted = await _accept(runtime, prepared, recall.generation)
-    except (IdempotencyKeyReused, IdempotencyKeyInUse):
-        recall.used(used)  # a replay refused: its key is used, looked up first next time
-        raise
+    accepted = await _accept(runtime, prepared, recall)
     recall.proven()
-    recall.used(used)  # its key is used now: a replay of it looks it up first
+    # Its key is used now: a replay of it looks it up first.
+    recall.used((prepared.request.account_id, prepared.request.idempotency_key))
     if isinstance(accepted, InvokeResult):
         return accepted
     invocation_id, owner, quota = accepted
@@ -517,7 +533,7 @@ async def run(
 
 
 async def _accept(
-    runtime: Runtime, prepared: Prepared, generation: int | None
+    runtime: Runtime, prepared: Prepared, attempt: _Attempt
 ) -> tuple[str, str, QuotaStatus] | InvokeResult:
     """Check and accept the call: (its id, its lease owner, the quota it took), holding a
     bulkhead slot of its connection, or the answer of the twin that took its key first."""
@@ -530,13 +546,13 @@ async def _accept(
     slots = runtime.slots
     if not slots.take(target.connection_id, target.max_in_flight):
         await _refuse_busy(runtime, prepared)
+    kept = False  # only an accepted call keeps its slot
     try:
-        accepted = await _accept_holding(runtime, prepared, generation)
-    except BaseException:
-        slots.give_back(target.connection_id)
-        raise
-    if isinstance(accepted, InvokeResult):
-        slots.give_back(target.connection_id)
+        accepted = await _accept_holding(runtime, prepared, attempt)
+        kept = not isinstance(accepted, InvokeResult)
+    finally:
+        if not kept:
+            slots.give_back(target.connection_id)
     return accepted
 
 
@@ -563,11 +579,11 @@ async def _refuse_busy(runtime: Runtime, prepared: Prepared) -> NoReturn:
 
 
 async def _accept_holding(
-    runtime: Runtime, prepared: Prepared, generation: int | None
+    runtime: Runtime, prepared: Prepared, attempt: _Attempt
 ) -> tuple[str, str, QuotaStatus] | InvokeResult:
-    """`_accept` once its checks passed and its slot is taken. `generation`: what the call
-    took from memory was filed under it (the program's guard proves it; None: nothing)."""
-    adb = runtime.adb
+    """`_accept` once its checks passed and its slot is taken. What the attempt took from
+    memory was filed under its `generation` (the program's guard proves it; None: nothing)."""
+    generation = attempt.generation
     request, fingerprint, version = prepared.request, prepared.fingerprint, prepared.version
     target, policy = prepared.target, prepared.policy
 
@@ -597,34 +613,39 @@ async def _accept_holding(
 
     if runtime.armed is not None:
         runtime.armed.hit(BEFORE_ACCEPT)
-    refused: Exception | None = None
-    try:
-        quota = await adb.write(accept)
-    except (IntegrityError, InsufficientPoints, KeySpendLimitReached, RateLimitExceeded) as error:
-        if generation is not None:
-            raise  # a refusal of what memory served diverges (`hints.Recall.diverged`)
-        quota, refused = None, error
+    attempt.accepting = prepared  # until the program answers: a refusal may be a twin's
+    quota = await runtime.adb.write(accept)
+    attempt.accepting = None
     if quota is None:
         if generation is not None:
             raise hints.Diverged  # the key was used already, or what was served changed
         # A concurrent request with the same key was accepted first (the program stopped at
-        # its intent): answer as its replay. A refusal is only final when there is no twin.
-        now = runtime.clock.now()
-        async with adb.read() as conn:
-            twin = await invocations.find_replay.aio(
-                conn,
-                account_id=request.account_id,
-                idempotency_key=request.idempotency_key,
-                digest=None,
-                default=quotas.default_policy(runtime.settings),
-                now=now,
-            )
+        # its intent): answer as its replay.
+        twin = await _twin(runtime, prepared, attempt)
         if twin is None:
-            if refused is not None:
-                raise refused
             raise RuntimeError("the accept program stopped without a twin")
-        return _replayed(twin, fingerprint, now)
+        return twin
     return invocation_id, owner, quota
+
+
+async def _twin(runtime: Runtime, prepared: Prepared, attempt: _Attempt) -> InvokeResult | None:
+    """The answer of the concurrent call with `prepared`'s key that was accepted first (as
+    its replay: the call, or a replay's refusal), or None when there is none."""
+    request = prepared.request
+    now = runtime.clock.now()
+    async with runtime.adb.read() as conn:
+        found = await invocations.find_replay.aio(
+            conn,
+            account_id=request.account_id,
+            idempotency_key=request.idempotency_key,
+            digest=None,
+            default=quotas.default_policy(runtime.settings),
+            now=now,
+        )
+    if found is None:
+        return None
+    attempt.used((request.account_id, request.idempotency_key))  # the next one reads first
+    return _replayed(found, prepared.fingerprint, now)
 
 
 # --- shared by the request and the worker ------------------------------------------------
