@@ -14,6 +14,7 @@ anything else is a 500, counted as such). Never a product entry point.
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 import orjson
@@ -37,7 +38,8 @@ PATH = "/v1/services/{service_code}/versions/{version}:invoke"
 def create_app() -> Starlette:
     settings = load_settings()
     runtime = Runtime.from_settings(settings)
-    runtime.async_provider = PerLoopProvider(lambda: AsyncProviderClient(settings))
+    provider = PerLoopProvider(lambda: AsyncProviderClient(settings))
+    runtime.async_provider = provider
 
     async def invoke(request: Request) -> Response:
         body = await request.body()
@@ -47,6 +49,7 @@ def create_app() -> Starlette:
             request.path_params["service_code"],
             request.path_params["version"],
             body,
+            provider=provider.clients.get(asyncio.get_running_loop()),  # as serve's route does
         )
         result = await flows.invoke_call(runtime, call)
         if result.view.state != "SUCCEEDED":
