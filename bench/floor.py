@@ -14,7 +14,6 @@ anything else is a 500, counted as such). Never a product entry point.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 import orjson
@@ -38,8 +37,7 @@ PATH = "/v1/services/{service_code}/versions/{version}:invoke"
 def create_app() -> Starlette:
     settings = load_settings()
     runtime = Runtime.from_settings(settings)
-    provider = PerLoopProvider(lambda: AsyncProviderClient(settings))
-    runtime.async_provider = provider
+    runtime.async_provider = PerLoopProvider(lambda: AsyncProviderClient(settings))
 
     async def invoke(request: Request) -> Response:
         body = await request.body()
@@ -49,7 +47,6 @@ def create_app() -> Starlette:
             request.path_params["service_code"],
             request.path_params["version"],
             body,
-            provider=provider.clients.get(asyncio.get_running_loop()),  # as serve's route does
         )
         result = await flows.invoke_call(runtime, call)
         if result.view.state != "SUCCEEDED":

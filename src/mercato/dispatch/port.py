@@ -1,7 +1,7 @@
 """What the invocation engine needs of a provider client on the event loop.
 
 `AsyncProvider` is the port the flows call (`runtime.async_provider_client()`, or the running
-loop's client an edge hands them): the two calls of the provider contract, awaited, returning the
+loop's own client: `clients`): the two calls of the provider contract, awaited, returning the
 same `RawAnswer` as the sync client.
 `mercato.dispatch.async_client.AsyncProviderClient` implements it; a test double can too.
 
@@ -10,9 +10,8 @@ the loop it was opened on, so a client is made on the first call inside a loop a
 every later call there: a serve process runs one loop, so it makes one client, at its first
 call, and closes it at shutdown (`aclose`, on that loop). A process that runs several loops
 one after another (a test's client without lifespan, a sync caller's `asyncio.run`) gets one
-client per loop and closes each on its loop. `clients` shows the open ones by loop, so that an
-edge on a loop can hand that loop's client to the flow (the invoke route does), which then calls
-it with nothing of this class in between.
+client per loop and closes each on its loop. `clients` shows the open ones by loop, so that the
+flow calls its loop's client with nothing of this class in between.
 """
 
 from __future__ import annotations

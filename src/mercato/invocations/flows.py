@@ -1,9 +1,9 @@
 """The invocation engine: accept (tx) → call the provider (no tx) → settle or release (tx).
 
 Async end to end (issue 20): every read and write is a plan (`mercato.db.plans`) run on the
-Runtime's async database (`runtime.adb`), the provider is called with the running loop's client
-the edge hands over (`Call.provider`) or else the Runtime's (`runtime.async_provider_client()`),
-and waiting is `await runtime.asleep(…)`.
+Runtime's async database (`runtime.adb`), the provider is called with the Runtime's client (the
+running loop's own, when it is one per loop: `_provider_of`), and waiting is
+`await runtime.asleep(…)`.
 Used by the invoke route (on the event loop, no thread-pool hop) and by the worker loops; the
 plans are the same functions the sync callers (CLI, tests) run on a Session.
 
@@ -19,6 +19,7 @@ on to the edge, which renders it (`web.problems`).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 from collections.abc import Awaitable, Callable
@@ -42,7 +43,7 @@ from mercato.db import hints
 from mercato.db.plans import AsyncConnection, Plan, Rows, first, query
 from mercato.db.runtime import Runtime
 from mercato.dispatch.outcomes import Classified, classify
-from mercato.dispatch.port import AsyncProvider
+from mercato.dispatch.port import AsyncProvider, PerLoopProvider
 from mercato.invocations import service as invocations
 from mercato.invocations import spend
 from mercato.invocations.errors import (
@@ -279,8 +280,7 @@ class Call:
     """An invoke as an edge received it, before anything is read: the caller's bearer
     credential, the values of its Idempotency-Key headers, the call itself, `notes`, where
     the flow notes the caller (`"principal"`, once its credential is proven) and the call
-    (`"invocation_id"`) for the request's log line, and `provider`: the running loop's own
-    provider client when the edge has it open (None: the Runtime's)."""
+    (`"invocation_id"`) for the request's log line."""
 
     credential: str
     idempotency_keys: list[str]
@@ -289,7 +289,6 @@ class Call:
     body: bytes
     request_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)
-    provider: AsyncProvider | None = None
 
 
 async def invoke_call(runtime: Runtime, call: Call) -> InvokeResult:
@@ -374,7 +373,7 @@ async def _call(runtime: Runtime, call: Call, recall: _Attempt) -> InvokeResult:
                 await accounts.touch_api_key.aio(write, key_id=due, now=runtime.clock.now())
     if isinstance(prepared, InvokeResult):
         return prepared
-    return await run(runtime, prepared, recall, call.provider)
+    return await run(runtime, prepared, recall)
 
 
 async def _caller(
@@ -489,15 +488,9 @@ def prepare_plan(
     return Prepared(request, fingerprint, version, target, policy)
 
 
-async def run(
-    runtime: Runtime,
-    prepared: Prepared,
-    recall: _Attempt,
-    provider: AsyncProvider | None = None,
-) -> InvokeResult:
-    """A fresh call `prepare` read: check, accept, send (with `provider`, else the Runtime's
-    client), conclude. Its accept program proves what the attempt took from memory (`recall`),
-    or stops (`Diverged`)."""
+async def run(runtime: Runtime, prepared: Prepared, recall: _Attempt) -> InvokeResult:
+    """A fresh call `prepare` read: check, accept, send, conclude. Its accept program proves
+    what the attempt took from memory (`recall`), or stops (`Diverged`)."""
     accepted = await _accept(runtime, prepared, recall)
     recall.proven()
     # Its key is used now: a replay of it looks it up first.
@@ -522,7 +515,7 @@ async def run(
             reconciliations=0,
         )
         view = await send_and_conclude(
-            runtime, prepared.target, job, owner, synchronous=True, provider=provider
+            runtime, prepared.target, job, owner, synchronous=True
         )
     finally:
         runtime.slots.give_back(prepared.target.connection_id)
@@ -651,6 +644,17 @@ async def _twin(runtime: Runtime, prepared: Prepared, attempt: _Attempt) -> Invo
 # --- shared by the request and the worker ------------------------------------------------
 
 
+def _provider_of(runtime: Runtime) -> AsyncProvider:
+    """The provider client to call: the running loop's own when the Runtime's is one per loop
+    and it is open (called with no frame of `PerLoopProvider` in between), else the Runtime's."""
+    provider = runtime.async_provider
+    if isinstance(provider, PerLoopProvider):
+        client = provider.clients.get(asyncio.get_running_loop())
+        if client is not None:
+            return client
+    return runtime.async_provider_client()
+
+
 async def send_and_conclude(
     runtime: Runtime,
     target: DispatchTarget,
@@ -658,16 +662,14 @@ async def send_and_conclude(
     owner: str,
     *,
     synchronous: bool,
-    provider: AsyncProvider | None = None,
 ) -> InvocationView | None:
-    """Send the stored payload (its send already counted) with `provider` (None: the Runtime's
-    client) and act on the classified answer.
+    """Send the stored payload (its send already counted) and act on the classified answer.
 
     RETRYABLE_BEFORE_ACCEPT is redispatched within the bound: inline with a short backoff on
     the synchronous path, else parked in RETRY_WAIT for the worker. Returns the invocation as
     the deciding transaction left it (None when the lease was lost to another process).
     """
-    client = runtime.async_provider_client() if provider is None else provider
+    client = _provider_of(runtime)
     sends = job.sends
     while True:
         answer = await client.execute(

@@ -77,7 +77,7 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
     A runtime built without a provider client gets the observed one here, once. One without
     an async provider client (the invoke path's) gets the observed async one: made at start-up
     on the serving loop (an aiohttp session belongs to the loop it was opened on), reused by
-    every call (the invoke route hands the loop's own to the flow), closed at shutdown
+    every call, closed at shutdown
     (`mercato.dispatch.port.PerLoopProvider`). A client the runtime already carries belongs to
     whoever built it, who closes it.
     """
@@ -105,9 +105,6 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
         title="Mercato", version="1.0.0", docs_url=None, redoc_url=None, lifespan=lifespan
     )
     app.state.runtime = runtime.ensure_provider(ObservedProviderClient)
-    # The open async client of each loop, which the invoke route hands to the flow (none when
-    # the runtime's client is its builder's: the flow calls that one).
-    app.state.loop_clients = {} if owned is None else owned.clients
     problems.install(app)
     for router in routers():
         app.include_router(router)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import orjson
@@ -177,10 +176,8 @@ async def invoke(service_code: str, version: str, request: Request) -> Response:
     body = await body_of(request)  # the body the edge checks read
     token = accounts.bearer_token_of(authorization)  # a malformed one is refused before any read
     notes = request.scope.setdefault("state", {})  # the log line names the caller and call
-    state = request.app.state  # the runtime, and the open provider client of each loop
-    client = state.loop_clients.get(asyncio.get_running_loop())
-    call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes, client)
-    result = await flows.invoke_call(state.runtime, call)
+    call = flows.Call(token, keys, service_code, version, body, request_id_var.get(), notes)
+    result = await flows.invoke_call(request.app.state.runtime, call)
     return outcome_response(result.view, result.quota.headers(), request)
 
 
