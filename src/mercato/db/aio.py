@@ -22,9 +22,9 @@ the executors only send its statements.
 The three units of work keep `Database`'s rules: `read()` never writes (a write statement is
 refused with `uow.ReadSessionWrote` before it reaches SQL), `transaction()` commits on success
 and rolls back on an exception, `statement()` runs exactly one operation (a second one raises
-`uow.StatementSessionReused`; on PostgreSQL it runs in autocommit). A refused money program
-(`guarded.Refused`) aborts its unit on both stores: the unit rolls back at its end even when
-the plan caught the refusal, and a further operation in it raises `TransactionRefused`
+`uow.StatementSessionReused`; on PostgreSQL it runs in autocommit). A refused (or failed) money
+program aborts its unit on both stores: the unit rolls back at its end even when the plan
+caught the refusal, and a further operation in it raises `TransactionRefused`
 (PostgreSQL aborts the transaction anyway; on SQLite the program's earlier steps would
 otherwise commit; decision 0324).
 """

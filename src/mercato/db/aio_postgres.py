@@ -38,7 +38,6 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.exc import DBAPIError
 
 from mercato.core.ids import bound, unbind
-from mercato.db import guarded
 from mercato.db.aio import (
     Observed,
     OneUnit,
@@ -203,7 +202,7 @@ class _Connection:
                 await self._take()
             try:
                 return await self._run(op)
-            except guarded.Refused:
+            except BaseException:  # a refused or failed program aborts its unit (decision 0324)
                 self._unit.refused = True
                 raise
         statements = self._db.statements
@@ -272,7 +271,7 @@ class _Bound:
     def __init__(self, db: PostgresDatabase, op: Run) -> None:
         runnable = db.program(op.program)
         values = runnable.values(op.params)
-        self.run = runnable.run(values)
+        self.run = runnable.run(values, op.refusal)
         _kind, statement = next(self.run)
         self.statement: ProgramStatement = statement
         self.exclusive: ProgramStatement | None = runnable.exclusive
@@ -503,7 +502,7 @@ class _Grouped:
                 group = pool.group = _Group(self._db, pool)
             try:
                 return await group.submit(_Bound(self._db, op))
-            except guarded.Refused:
+            except BaseException:  # a refused or failed program aborts its unit (decision 0324)
                 self._unit.refused = True
                 raise
         db = self._db

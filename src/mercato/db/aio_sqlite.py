@@ -81,7 +81,7 @@ class _Connection:
         if type(op) is Run:
             try:
                 return self._run(op)
-            except guarded.Refused:
+            except BaseException:  # a refused or failed program aborts its unit (decision 0324)
                 self._unit.refused = True
                 raise
         assert isinstance(op, Rows)
@@ -157,7 +157,7 @@ class _Connection:
     def _run(self, op: Run) -> dict[str, Any] | None:
         program = self._db.program(op.program)
         assert self._raw is not None
-        return _run_program(self._db, self._raw, program, program.values(op.params))
+        return _run_program(self._db, self._raw, program, program.values(op.params), op.refusal)
 
 
 def _run_program(
@@ -165,9 +165,11 @@ def _run_program(
     raw: sqlite3.Connection,
     runnable: Runnable[ProgramStatement],
     values: dict[str, Any],
+    refusal: guarded.Refusal | None = None,
 ) -> dict[str, Any] | None:
-    """`runnable` run on `raw`, in its transaction: each statement the runner asks for sent
-    as compiled once (`ProgramStatement`), each value processed once per run."""
+    """`runnable` run on `raw`, in its transaction (a refusal raised as `refusal` makes it):
+    each statement the runner asks for sent as compiled once (`ProgramStatement`), each value
+    processed once per run."""
     done: dict[Any, Any] = {}
     observed = db.observed
     listeners = observed.listeners  # the same list while listeners come and go
@@ -186,7 +188,7 @@ def _run_program(
         found = cursor.fetchone()
         return None if found is None else statement.prepared.row(found)
 
-    return drive(runnable.run(values), send)
+    return drive(runnable.run(values, refusal), send)
 
 
 class SqliteDatabase(Writes):
@@ -458,17 +460,19 @@ GROUP_MAX = 32
 
 
 class _Item:
-    __slots__ = ("future", "program", "values")
+    __slots__ = ("future", "program", "refusal", "values")
 
     def __init__(
         self,
         program: Runnable[ProgramStatement],
         values: dict[str, Any],
         future: asyncio.Future[Any],
+        refusal: guarded.Refusal | None,
     ) -> None:
         self.program = program
         self.values = values
         self.future = future
+        self.refusal = refusal
 
 
 class _Group:
@@ -498,10 +502,13 @@ class _Group:
         self._task: asyncio.Task[None] | None = None
 
     async def submit(
-        self, program: Runnable[ProgramStatement], values: dict[str, Any]
+        self,
+        program: Runnable[ProgramStatement],
+        values: dict[str, Any],
+        refusal: guarded.Refusal | None = None,
     ) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()
-        item = _Item(program, values, loop.create_future())
+        item = _Item(program, values, loop.create_future(), refusal)
         self._queue.append(item)
         if self._task is None:
             self._task = loop.create_task(self._drain())
@@ -559,7 +566,7 @@ class _Group:
             if not alone:
                 raw.execute("SAVEPOINT grouped")
             try:
-                result = _run_program(db, raw, item.program, item.values)
+                result = _run_program(db, raw, item.program, item.values, item.refusal)
             except Exception as error:
                 if not raw.in_transaction:  # the whole transaction ended: none of it stands
                     fail_waiting([item], error)
@@ -609,8 +616,8 @@ class _Grouped:
         if type(op) is Run:
             program = db.program(op.program)
             try:
-                return await db._group().submit(program, program.values(op.params))
-            except guarded.Refused:
+                return await db._group().submit(program, program.values(op.params), op.refusal)
+            except BaseException:  # a refused or failed program aborts its unit (decision 0324)
                 self._unit.refused = True
                 raise
         async with _WriteUnit(db, Unit.TRANSACTION, told=False) as conn:

@@ -174,6 +174,11 @@ class Refs:
         return sqlite.insert(table)
 
 
+Refusal = Callable[[Refused], Exception]
+"""What a refusal of a program is to its caller: the domain error for the `Refused` (its step's
+code and detail), given with the run (`plans.Run.refusal`, `runner.run`) and raised by the
+runner where it finds the refusal."""
+
 Expr = Callable[[Refs], Any]
 """An input expression, built against a `Refs`."""
 

@@ -5,8 +5,9 @@ A plan is a generator that yields operations and receives their results:
 - `Rows(statement, params)` → the rows as a list of tuples (`[]` for a statement that returns
   none; `params` may be a list of mappings for an executemany);
 - `Run(program, params)` → a guarded money program's outputs (`mercato.db.guarded`): a dict,
-  or None when it stopped. A refusal is thrown into the plan as `guarded.Refused`, so the plan
-  maps it to its domain error where the rule is written.
+  or None when it stopped. A refusal is the error the plan gives with it (`Run.refusal`: its
+  domain's, written where the rule is), raised where the runner finds it and out of the plan;
+  without one, it is thrown into the plan as `guarded.Refused`.
 
 Statements are SQLAlchemy Core, built once at module level (building costs more than running).
 Each domain module writes a read or write once, as a plan, and decorates it with `@query`:
@@ -58,8 +59,9 @@ class Rows:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Run a guarded money program; the plan receives its outputs (None: it stopped), or
-    `guarded.Refused` is thrown into it."""
+    """Run a guarded money program; the plan receives its outputs (None: it stopped). A
+    refusal raises `refusal`'s error out of the plan, or, without one, `guarded.Refused` is
+    thrown into it."""
 
     program: guarded.Program
     params: Mapping[str, Any]
@@ -67,6 +69,9 @@ class Run:
     """Nothing follows this operation in its plan, whatever it answers: a plan whose first
     operation it is is one statement, and `AsyncDatabase.write` runs it alone (PostgreSQL:
     autocommit; both: with the loop's other money programs), not in a transaction."""
+    refusal: guarded.Refusal | None = None
+    """What a refusal of the program raises (the domain's error for the `Refused`), raised
+    where the runner finds it; None: `guarded.Refused`, thrown into the plan."""
 
 
 Op: TypeAlias = Rows | Run
@@ -89,7 +94,7 @@ def scalar(rows: list[Row]) -> Any:
 def execute_sync(session: Session, op: Op) -> Any:
     """One operation on a sync SQLAlchemy session."""
     if isinstance(op, Run):
-        return runner.run(session, op.program, op.params)
+        return runner.run(session, op.program, op.params, op.refusal)
     result = session.execute(op.statement, op.params)
     # A statement without rows (a DML without RETURNING) comes back as a closed cursor result;
     # the ORM's results of a SELECT always have rows.

@@ -19,10 +19,12 @@ exception, and its SQLSTATE, as `.orig`). What the runner alone owns:
   row, else its row is `read` back or is the values it inserted (`known`); each step's row is
   bound for the steps after it (`s_<step>_<column>`, NULL when empty); an empty STOP step ends
   the run with None, an empty SKIP step goes on, an empty REFUSE step reads `required_if` and
-  its `detail` and raises `guarded.Refused`;
+  its `detail` and refuses;
 - the one statement (PostgreSQL, `Compiled.statement`): its row is `mercato_ok` (0 stopped, 1
   done) and the outputs; the refusal it aborts with (SQLSTATE 22P02, the text
-  `mercato-refusal|<code>|<detail>|…`) becomes `guarded.Refused`.
+  `mercato-refusal|<code>|<detail>|…`) is a refusal;
+- what a refusal raises: the caller's error for it (`guarded.Refusal`, the domain's
+  `MercatoError`, given with the run), else `guarded.Refused`.
 
 Outputs come back as `{"<step>.<column>": value}`. `run(session, program, params)` runs a program
 on a sync SQLAlchemy Session.
@@ -204,10 +206,13 @@ class Runnable(Generic[S]):
                 values[name] = make()
         return values
 
-    def run(self, values: dict[str, Any]) -> Generator[Send, Any, Outputs]:
+    def run(
+        self, values: dict[str, Any], refusal: guarded.Refusal | None = None
+    ) -> Generator[Send, Any, Outputs]:
         """The program's run on `values` (see the module docstring): its outputs, or None
-        when it stopped; raises `guarded.Refused`. A rerun with the same `values` sends what
-        the first sent (a step's columns are set before a later step reads them)."""
+        when it stopped; raises a refusal as `refusal` makes it (else `guarded.Refused`). A
+        rerun with the same `values` sends what the first sent (a step's columns are set
+        before a later step reads them)."""
         if self.statement is not None:
             try:
                 answered = yield FIRST, self.statement
@@ -215,7 +220,7 @@ class Runnable(Generic[S]):
                 refused = refusal_of(error)
                 if refused is None:
                     raise
-                raise refused from None
+                raise (refused if refusal is None else refusal(refused)) from None
             return self.answer(answered)
         for step in self.steps:
             row: Any
@@ -243,9 +248,10 @@ class Runnable(Generic[S]):
                     detail: Sequence[Any] = ()
                     if step.detail is not None:
                         detail = (yield step.detail) or ()
-                    raise guarded.Refused(
+                    refused = guarded.Refused(
                         step.code, tuple(None if v is None else str(v) for v in detail)
                     )
+                    raise refused if refusal is None else refusal(refused)
             for name in step.names:
                 values[name] = None
         return dict(zip(self.outputs, self.pick_outputs(values), strict=True))
@@ -341,8 +347,14 @@ def sync_runnable(program: guarded.Program, dialect: Any) -> Runnable[_SessionSt
     return programs(program)
 
 
-def run(session: Session, program: guarded.Program, params: Mapping[str, Any]) -> Outputs:
-    """Run `program` in `session` (its outputs; None when it stopped); raises `Refused`."""
+def run(
+    session: Session,
+    program: guarded.Program,
+    params: Mapping[str, Any],
+    refusal: guarded.Refusal | None = None,
+) -> Outputs:
+    """Run `program` in `session` (its outputs; None when it stopped); a refusal raises as
+    `refusal` makes it (else `guarded.Refused`)."""
     runnable = sync_runnable(program, session.get_bind().dialect)
     values = runnable.values(params)
     if runnable.statement is not None:
@@ -356,4 +368,4 @@ def run(session: Session, program: guarded.Program, params: Mapping[str, Any]) -
         row = result.first()
         return None if row is None else tuple(row)
 
-    return drive(runnable.run(values), send)
+    return drive(runnable.run(values, refusal), send)

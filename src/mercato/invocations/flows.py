@@ -514,9 +514,7 @@ async def run(runtime: Runtime, prepared: Prepared, recall: _Attempt) -> InvokeR
             sends=1,
             reconciliations=0,
         )
-        view = await send_and_conclude(
-            runtime, prepared.target, job, owner, synchronous=True
-        )
+        view = await send_and_conclude(runtime, prepared.target, job, owner, synchronous=True)
     finally:
         runtime.slots.give_back(prepared.target.connection_id)
     if view is None:  # another process took over; answer with what the database says now

@@ -24,6 +24,7 @@ from mercato.artifacts import service as artifact_service
 from mercato.catalog.service import InvocableVersion
 from mercato.core.canonical import canonical_json, sha256_hex
 from mercato.core.cursors import decode_cursor, encode_cursor
+from mercato.core.errors import MercatoError
 from mercato.core.ids import new_id
 from mercato.db import guarded, runner
 from mercato.db.aio_reads import grouped
@@ -305,14 +306,15 @@ def accept(
         "hint_generation": hint_generation,
         **spend.start_params(now),
     }
-    try:
-        accepted = yield Run(money.ACCEPT, params, last=True)
-    except guarded.Refused as refused:
+
+    def refusal(refused: guarded.Refused) -> MercatoError:
         if refused.code == quotas.EXHAUSTED:
-            raise quotas.slot_refused(policy, now) from None
+            return quotas.slot_refused(policy, now)
         if refused.code == spend.KEY_LIMIT:
-            raise spend.refusal(refused, now=now) from None
-        raise ledger.refusal(refused, amount=price) from None
+            return spend.refusal(refused, now=now)
+        return ledger.refusal(refused, amount=price)
+
+    accepted = yield Run(money.ACCEPT, params, last=True, refusal=refusal)
     if accepted is None:
         return None
     return quotas.slot_taken(policy, now, accepted["quota.accepted"])
@@ -637,20 +639,13 @@ def _conclude(
 ) -> InvocationView | None:
     """Run a terminal program: the invocation as it leaves it, or None when it stopped (the
     lease was lost, or the call is no longer pending)."""
-    try:
-        done = runner.run(session, program, params)
-    except guarded.Refused as refused:
-        raise ledger.refusal(refused) from None
-    return _concluded(done)
+    return _concluded(runner.run(session, program, params, ledger.refusal))
 
 
 def _conclude_plan(
     program: guarded.Program, params: dict[str, Any], *, last: bool
 ) -> Plan[InvocationView | None]:
-    try:
-        done = yield Run(program, params, last=last)
-    except guarded.Refused as refused:
-        raise ledger.refusal(refused) from None
+    done = yield Run(program, params, last=last, refusal=ledger.refusal)
     return _concluded(done)
 
 

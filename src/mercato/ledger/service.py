@@ -127,9 +127,7 @@ def reserve(
     }
     try:
         with _atomic(session, savepoint):
-            runner.run(session, _RESERVE, params)
-    except guarded.Refused as refused:
-        raise refusal(refused, amount=amount) from None
+            runner.run(session, _RESERVE, params, lambda refused: refusal(refused, amount=amount))
     except IntegrityError:
         if not savepoint:
             raise  # the caller's transaction is aborted; it rolls back whole
@@ -209,11 +207,8 @@ def check_share(provider_share_bps: object) -> None:
 def _resolve_with(
     session: Session, program: guarded.Program, params: dict[str, Any], savepoint: bool
 ) -> None:
-    try:
-        with _atomic(session, savepoint):
-            runner.run(session, program, params)
-    except guarded.Refused as refused:
-        raise refusal(refused) from None
+    with _atomic(session, savepoint):
+        runner.run(session, program, params, refusal)
 
 
 def _atomic(session: Session, savepoint: bool) -> AbstractContextManager[Any]:
@@ -585,11 +580,12 @@ def _post(
         params[f"owner{i}"] = leg.owner
         params[f"points{i}"] = abs(leg.amount)
     program = _transfer_program(kind, tuple((leg.kind, leg.amount < 0) for leg in legs))
-    try:
-        runner.run(session, program, params)
-    except guarded.Refused as refused:
+
+    def short(refused: guarded.Refused) -> MercatoError:
         leg = legs[int(refused.code.removeprefix("leg"))]
-        raise (leg.on_short or _invariant_broken)(refused.number(0), -leg.amount) from None
+        return (leg.on_short or _invariant_broken)(refused.number(0), -leg.amount)
+
+    runner.run(session, program, params, short)
     return str(params["post_transfer"])
 
 

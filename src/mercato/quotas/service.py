@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from mercato.db import guarded, runner
+from mercato.db import runner
 from mercato.db.guarded import Empty, Expr, Program, Refs, Step, inline, insert_select, param
 from mercato.db.plans import Plan, Rows, first, query
 from mercato.quotas.errors import InvalidQuota, RateLimitExceeded
@@ -240,10 +240,8 @@ def take_slot(
     session: Session, *, account_id: str, policy: Policy, now: dt.datetime
 ) -> QuotaStatus:
     """Consume one slot of the current window or raise RateLimitExceeded (nothing taken)."""
-    try:
-        taken = runner.run(session, _TAKE, slot_params(account_id, policy, now))
-    except guarded.Refused:
-        raise slot_refused(policy, now) from None
+    params = slot_params(account_id, policy, now)
+    taken = runner.run(session, _TAKE, params, lambda _refused: slot_refused(policy, now))
     assert taken is not None
     return slot_taken(policy, now, taken["quota.accepted"])
 

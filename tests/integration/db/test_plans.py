@@ -1,5 +1,6 @@
 """A plan is written once and gives the same answers on a sync session and an async connection:
-its rows, a money program's outputs, and a refusal thrown back into it."""
+its rows, a money program's outputs, a refusal thrown back into it, and a refusal its run names
+raised as that error."""
 
 from __future__ import annotations
 
@@ -76,3 +77,64 @@ def test_sync_and_async_sides_agree(runtime: Runtime) -> None:
         for account in (sync_account, async_account):
             balances = ledger.balances(session, account_id=account)
             assert (balances.available, balances.reserved) == (0, 10)
+
+
+class _Short(Exception):
+    """A domain's error for a short balance, as a service would name it."""
+
+
+@query
+def reserve_naming_its_refusal(
+    *, account_id: str, amount: int, reference: str, seen: list[str]
+) -> Plan[dict[str, Any] | None]:
+    """Reserve, giving the run the error its refusal is: the runner raises it where it finds
+    the refusal, out of the plan; the plan never sees a `guarded.Refused`."""
+    params = {
+        "reservation_id": f"res_{reference}",
+        "account_id": account_id,
+        "amount": amount,
+        "reference": reference,
+        "now": utcnow(),
+    }
+    try:
+        done: dict[str, Any] | None = yield Run(
+            ledger._RESERVE, params, refusal=lambda refused: _Short(refused.code, refused.detail)
+        )
+    except guarded.Refused:
+        seen.append("refused")
+        raise
+    return done
+
+
+def test_a_refusal_named_with_its_run_is_raised_as_that_error_on_both_sides(
+    runtime: Runtime,
+) -> None:
+    accounts = {
+        side: _funded(runtime, f"named-{side}@example.com", 5) for side in ("sync", "async")
+    }
+    seen: list[str] = []
+    errors: list[BaseException] = []
+
+    def sync_side() -> None:
+        with runtime.db.transaction() as session:
+            reserve_naming_its_refusal(
+                session, account_id=accounts["sync"], amount=6, reference="ns", seen=seen
+            )
+
+    async def async_side() -> None:
+        async with runtime.adb.transaction() as conn:
+            await reserve_naming_its_refusal.aio(
+                conn, account_id=accounts["async"], amount=6, reference="na", seen=seen
+            )
+
+    for side in (sync_side, lambda: run_on_fresh_loop(async_side())):
+        try:
+            side()
+        except _Short as error:
+            errors.append(error)
+    assert [error.args for error in errors] == [("short", ("5", "6"))] * 2
+    assert seen == []  # never thrown into the plan
+    with runtime.db.read() as session:
+        for account in accounts.values():
+            balances = ledger.balances(session, account_id=account)
+            assert (balances.available, balances.reserved) == (5, 0)
