@@ -22,16 +22,21 @@ _AVAILABLE = select(LedgerAccount.balance).where(
 )
 
 
-@query
-def reserve_or_refuse(*, account_id: str, amount: int, reference: str) -> Plan[dict[str, Any]]:
-    """Reserve, then read the balance back; a refusal becomes an answer, not an error."""
-    params = {
+def _reserving(account_id: str, amount: int, reference: str) -> dict[str, Any]:
+    """The inputs of ledger's reserve program."""
+    return {
         "reservation_id": f"res_{reference}",
         "account_id": account_id,
         "amount": amount,
         "reference": reference,
         "now": utcnow(),
     }
+
+
+@query
+def reserve_or_refuse(*, account_id: str, amount: int, reference: str) -> Plan[dict[str, Any]]:
+    """Reserve, then read the balance back; a refusal becomes an answer, not an error."""
+    params = _reserving(account_id, amount, reference)
     try:
         yield Run(ledger._RESERVE, params)
     except guarded.Refused as refused:
@@ -89,13 +94,7 @@ def reserve_naming_its_refusal(
 ) -> Plan[dict[str, Any] | None]:
     """Reserve, giving the run the error its refusal is: the runner raises it where it finds
     the refusal, out of the plan; the plan never sees a `guarded.Refused`."""
-    params = {
-        "reservation_id": f"res_{reference}",
-        "account_id": account_id,
-        "amount": amount,
-        "reference": reference,
-        "now": utcnow(),
-    }
+    params = _reserving(account_id, amount, reference)
     try:
         done: dict[str, Any] | None = yield Run(
             ledger._RESERVE, params, refusal=lambda refused: _Short(refused.code, refused.detail)
