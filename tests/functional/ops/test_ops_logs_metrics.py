@@ -197,6 +197,12 @@ def test_serve_with_workers_aggregates_metrics_across_processes(
             try:
                 base = f"http://127.0.0.1:{port}"
                 wait_for(lambda: _live(base), what="serve --workers 2 to start")
+                # Both workers up before the calls (on a loaded machine the second one starts
+                # later): the calls may then land on either.
+                wait_for(
+                    lambda: len(_started(tmp_path / "serve.log")) >= 2,
+                    what="serve's second worker to start",
+                )
                 with httpx.Client(base_url=base, timeout=30) as http:
                     pair = http.post(
                         "/v1/auth/login", json={"email": CALLER_EMAIL, "password": CALLER_PASSWORD}
@@ -240,6 +246,11 @@ def _live(base: str) -> bool:
         return probe().get(base + "/health/live").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _started(log: Path) -> set[str]:
+    """The worker pids that logged their start so far (read as text: the log is being written)."""
+    return set(re.findall(r"Started server process \[(\d+)\]", log.read_text()))
 
 
 def _serving_pids(log: Path) -> set[int]:
