@@ -248,9 +248,8 @@ class Write:
         statement = self.statement.on_conflict_do_update(
             index_elements=index_elements, set_=set_, where=where
         )
-        conflict = tuple(str(getattr(element, "name", element)) for element in index_elements)
-        updated = frozenset(str(getattr(key, "name", key)) for key in set_)
-        return replace(self, statement=statement, conflict=conflict, updated=updated)
+        updated = frozenset(_names(set_))
+        return replace(self, statement=statement, conflict=_names(index_elements), updated=updated)
 
     def returning_statement(self) -> Any:
         """The statement with its RETURNING (as the step runs where RETURNING is kept)."""
@@ -274,9 +273,13 @@ def insert_rows(table: Table, names: Sequence[str], rows: Any) -> Write:
 
 def update_where(table: Table, values: Mapping[str, Any], *where: ColumnElement[bool]) -> Write:
     """`UPDATE table SET values WHERE where…` (put the gate in `where`)."""
-    updated = frozenset(str(getattr(key, "name", key)) for key in values)
     statement = update(table).where(*where).values(dict(values))
-    return Write(statement, updated=updated)
+    return Write(statement, updated=frozenset(_names(values)))
+
+
+def _names(columns: Any) -> tuple[str, ...]:
+    """The column names of `columns` (Column objects or their names)."""
+    return tuple(str(getattr(column, "name", column)) for column in columns)
 
 
 @dataclass(frozen=True, eq=False)

@@ -77,9 +77,8 @@ def create_app(runtime: Runtime, *, server: bool = False) -> FastAPI:
     A runtime built without a provider client gets the observed one here, once. One without
     an async provider client (the invoke path's) gets the observed async one: made at start-up
     on the serving loop (an aiohttp session belongs to the loop it was opened on), reused by
-    every call, closed at shutdown
-    (`mercato.dispatch.port.PerLoopProvider`). A client the runtime already carries belongs to
-    whoever built it, who closes it.
+    every call, closed at shutdown (`mercato.dispatch.port.PerLoopProvider`). A client the
+    runtime already carries belongs to whoever built it, who closes it.
     """
     owned: PerLoopProvider | None = None
     if runtime.async_provider is None:
