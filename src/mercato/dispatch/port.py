@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncGenerator, Callable, Coroutine
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Callable
+from typing import Protocol
 
 from mercato.dispatch.calls import RawAnswer
 from mercato.providers.schemas import DispatchTarget
@@ -95,33 +95,10 @@ class PerLoopProvider:
         self.made += 1
         return client
 
-    def execute(
+    async def execute(
         self,
         target: DispatchTarget,
         *,
-        idempotency_key: str,
-        payload_bytes: bytes,
-        response_max_bytes: int,
-        timeout: float,
-    ) -> Coroutine[Any, Any, RawAnswer]:
-        # With the loop's client made (every call but its first), the call is the client's
-        # own coroutine: no coroutine of this class in between, resumed at each of its waits.
-        held = self.clients.get(asyncio.get_running_loop())
-        if held is not None:
-            return held.execute(
-                target,
-                idempotency_key=idempotency_key,
-                payload_bytes=payload_bytes,
-                response_max_bytes=response_max_bytes,
-                timeout=timeout,
-            )
-        return self._execute_first(
-            target, idempotency_key, payload_bytes, response_max_bytes, timeout
-        )
-
-    async def _execute_first(
-        self,
-        target: DispatchTarget,
         idempotency_key: str,
         payload_bytes: bytes,
         response_max_bytes: int,
